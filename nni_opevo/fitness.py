@@ -1,0 +1,65 @@
+"""From what a trial reports to the fitness OpEvo selects and recombines with.
+
+The paper's fitness is TFLOPS: non-negative, higher is better, 0 for invalid kernels, and
+eq. 2 draws parents in proportion to it. NNI experiments report anything, so:
+
+* The objective is the reported number, or ``value["default"]`` for a dict. Anything else
+  (missing, non-numeric, NaN, +-inf) is a *failure*: a broken measurement, not a record.
+  A trial that ends without a result is a failure too.
+* Ranking (top-lambda parents) uses the objective, best first; failures rank last.
+* The eq. 2 weight of a configuration with objective v is
+    - maximize: ``v - min(0, v_min)``: exactly the paper's weight when every value seen is
+      >= 0 (TFLOPS); with negative values, shifted so the worst value seen weighs 0;
+    - minimize: ``1 / v`` while every value seen is > 0 (minimizing latency then weighs
+      parents exactly as maximizing throughput would), else ``v_max - v``;
+    - 0 for failures, so their traits are never inherited (paper sec. 4.2).
+  ``v_min`` / ``v_max`` are the extremes over every valid value received so far.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+OptimizeMode = Literal["maximize", "minimize"]
+
+
+def objective(value: Any) -> float | None:
+    """The number a trial reported, or None when it is a failure."""
+    if isinstance(value, dict):
+        value = value.get("default")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            value = float(value)  # numpy scalars and numeric strings NNI may deliver
+        except (TypeError, ValueError):
+            return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class Fitness:
+    """Ranks objectives and turns them into eq. 2 weights (see the module docstring)."""
+
+    def __init__(self, mode: OptimizeMode) -> None:
+        self.mode = mode
+        self.v_min = math.inf
+        self.v_max = -math.inf
+
+    def observe(self, v: float | None) -> None:
+        if v is not None:
+            self.v_min = min(self.v_min, v)
+            self.v_max = max(self.v_max, v)
+
+    def score(self, v: float | None) -> float:
+        """Higher is better; failures are -inf."""
+        if v is None:
+            return -math.inf
+        return v if self.mode == "maximize" else -v
+
+    def weight(self, v: float | None) -> float:
+        if v is None:
+            return 0.0
+        if self.mode == "maximize":
+            return v - min(0.0, self.v_min)
+        if self.v_min > 0:
+            return 1.0 / v
+        return self.v_max - v

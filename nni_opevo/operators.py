@@ -1,0 +1,59 @@
+"""OpEvo's variation operators: recombination (paper eq. 2) and the q-random walk (eq. 3).
+
+Both work parameter by parameter on the flat keyed configurations of ``search_space``.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .parameters import Parameter, Value
+from .search_space import Config, SearchSpace
+
+
+def q_random_walk(param: Parameter, start: Value, q: float, rng: np.random.Generator) -> Value:
+    """Walk from ``start``: at every step, with probability q move to a uniformly chosen
+    neighbour (eq. 3), else stop. The stopping point follows S = (1-q)(I-Q)^-1 p0 (appendix A).
+    An isolated value (a set of one) stays put."""
+    value = start
+    while rng.random() < q:
+        nxt = param.random_neighbour(value, rng)
+        if nxt is None:
+            break
+        value = nxt
+    return value
+
+
+def breed(
+    space: SearchSpace,
+    parents: Sequence[tuple[Config, float]],
+    q: float,
+    rng: np.random.Generator,
+) -> Config:
+    """One child: each parameter inherited from a parent drawn with probability proportional
+    to its weight (eq. 2), then mutated by the q-random walk.
+
+    Parameters are visited parents-first, so a nested choice is settled (inherited and
+    mutated) before its sub-parameters; a sub-parameter is inherited only from parents that
+    chose the same option, and drawn from its prior when none did. If every eligible parent
+    weighs 0, they are drawn uniformly (the limit of eq. 2).
+
+    With a single parent of weight 1 this is plain mutation: every parameter walked again.
+    """
+    child: Config = {}
+    for slot in space.slots:
+        if not slot.active_in(child):
+            continue
+        eligible = [(config[slot.key], w) for config, w in parents if slot.key in config]
+        if not eligible:
+            value = slot.param.sample(rng)
+        else:
+            cumulative = np.cumsum([w for _, w in eligible])
+            if cumulative[-1] > 0:
+                i = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
+            else:
+                i = int(rng.integers(len(eligible)))
+            value = eligible[min(i, len(eligible) - 1)][0]
+        child[slot.key] = q_random_walk(slot.param, value, q, rng)
+    return child

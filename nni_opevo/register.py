@@ -1,0 +1,20 @@
+"""``python -m nni_opevo.register``: register this package's tuners with nnictl, so that
+experiment configs can say ``tuner: {name: OpEvo}``. Runs ``nnictl algo register --meta``
+on the packaged ``registration.yml`` (NNI keeps the registry under its config directory,
+``NNI_CONFIG_DIR`` when set, else the active virtual environment's ``nni/`` folder)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+META = Path(__file__).with_name("registration.yml")
+
+
+def main() -> int:
+    cmd = [sys.executable, "-m", "nni.tools.nnictl.nnictl", "algo", "register", "--meta", str(META)]
+    return subprocess.call(cmd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""An NNI search space (with ``factor`` and ``perm``) as a flat list of keyed parameters.
+
+Every tuner of this package works on this one representation. A configuration is a dict
+from parameter key to internal value, holding only the parameters that are active: a
+parameter nested in a choice option is active only while that option is chosen (NNI's
+nested choice). Parameters are stored parents-first, so walking them in order and skipping
+inactive ones always sees a choice before the parameters it enables.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from .parameters import ChoiceParameter, Parameter, SpaceError, Value, parse_parameter
+
+Key = tuple  # e.g. ("tile_x",) or ("model", 1, "depth"): name path with option indices, as NNI keys them
+Config = dict  # Key -> internal value, active parameters only
+ConfigKey = tuple  # hashable identity of a configuration
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A parameter at its place in the space: ``condition`` is (choice key, option index) or None."""
+
+    key: Key
+    param: Parameter
+    condition: tuple[Key, int] | None
+
+    def active_in(self, config: Config) -> bool:
+        return self.condition is None or config.get(self.condition[0]) == self.condition[1]
+
+
+class SearchSpace:
+    """A validated search space. Raises ``SpaceError`` (a ValueError) naming the bad parameter."""
+
+    def __init__(self, space: Any) -> None:
+        if not isinstance(space, dict):
+            raise SpaceError("<root>", f"the search space must be a JSON object of parameters, got {type(space).__name__}")
+        if not space:
+            raise SpaceError("<root>", "the search space has no parameters")
+        self.raw = space
+        self.slots: list[Slot] = []
+        self._top: list[Slot] = self._parse(space, (), None)
+        self.by_key = {slot.key: slot for slot in self.slots}
+
+    def _parse(self, space: dict, prefix: Key, condition: tuple[Key, int] | None) -> list[Slot]:
+        level = []
+        for name, spec in space.items():
+            if name == "_name" and prefix:
+                continue
+            key = (*prefix, name)
+            path = ".".join(str(k) for k in key if isinstance(k, str))
+            if not isinstance(name, str) or not name:
+                raise SpaceError(path or "<root>", "parameter names must be non-empty strings")
+            slot = Slot(key, parse_parameter(path, spec), condition)
+            self.slots.append(slot)
+            level.append(slot)
+            if isinstance(slot.param, ChoiceParameter) and slot.param.nested:
+                for i, option in enumerate(slot.param.options):
+                    if not isinstance(option["_name"], str):
+                        raise SpaceError(path, f"choice: nested option _name must be a string, got {option['_name']!r}")
+                    slot.param.subspaces.append(self._parse(option, (*key, i), (key, i)))
+        return level
+
+    # ------------------------------------------------------------------ size
+
+    @property
+    def size(self) -> float:
+        """Number of distinct configurations (``math.inf`` when any active set is infinite)."""
+        return self._size(self._top)
+
+    def _size(self, level: list[Slot]) -> float:
+        total: float = 1
+        for slot in level:
+            p = slot.param
+            if isinstance(p, ChoiceParameter) and p.nested:
+                total *= sum(self._size(sub) for sub in p.subspaces)
+            else:
+                total *= p.size
+        return total
+
+    # ------------------------------------------------------------------ configurations
+
+    def sample(self, rng: np.random.Generator) -> Config:
+        """A configuration drawn from every parameter's prior."""
+        config: Config = {}
+        for slot in self.slots:
+            if slot.active_in(config):
+                config[slot.key] = slot.param.sample(rng)
+        return config
+
+    def active_slots(self, config: Config) -> Iterator[Slot]:
+        return (slot for slot in self.slots if slot.key in config)
+
+    def identity(self, config: Config) -> ConfigKey:
+        """Hashable identity of a configuration: its active (key, value) pairs in space order."""
+        return tuple((slot.key, config[slot.key]) for slot in self.slots if slot.key in config)
+
+    def enumerate(self) -> Iterator[Config]:
+        """Every configuration; only for finite spaces small enough to list."""
+        yield from self._enumerate(0, {})
+
+    def _enumerate(self, i: int, partial: Config) -> Iterator[Config]:
+        while i < len(self.slots) and not self.slots[i].active_in(partial):
+            i += 1
+        if i == len(self.slots):
+            yield dict(partial)
+            return
+        slot = self.slots[i]
+        for value in slot.param.enumerate():
+            partial[slot.key] = value
+            yield from self._enumerate(i + 1, partial)
+            del partial[slot.key]
+
+    # ------------------------------------------------------------------ trial format
+
+    def to_trial(self, config: Config) -> dict[str, Any]:
+        """The parameters as the trial receives them from ``nni.get_next_parameter()``."""
+        out: dict[str, Any] = {}
+        for slot in self.active_slots(config):
+            target = out
+            names = [k for k in slot.key if isinstance(k, str)]
+            for name in names[:-1]:
+                target = target[name]
+            target[names[-1]] = slot.param.to_trial(config[slot.key])
+        return out
+
+    def from_trial(self, params: Any) -> Config:
+        """Inverse of ``to_trial`` (for imported and customized trials); ValueError if off the space."""
+        if not isinstance(params, dict):
+            raise ValueError(f"trial parameters must be an object, got {params!r}")
+        config: Config = {}
+        for slot in self.slots:
+            if not slot.active_in(config):
+                continue
+            raw: Any = params
+            for name in (k for k in slot.key if isinstance(k, str)):
+                if not isinstance(raw, dict) or name not in raw:
+                    raise ValueError(f"trial parameters lack '{'.'.join(k for k in slot.key if isinstance(k, str))}'")
+                raw = raw[name]
+            config[slot.key] = slot.param.from_trial(raw)
+        return config
+
+    def contains(self, config: Config) -> bool:
+        """Whether ``config`` has exactly the active parameters, each with a valid value."""
+        try:
+            return self.from_trial(self.to_trial(config)) == config
+        except (ValueError, KeyError, IndexError, TypeError):
+            return False

@@ -1,0 +1,17 @@
+"""nni-opevo: the OpEvo tuner for NNI, with TVM trial code for tensor operators."""
+from setuptools import find_packages, setup
+
+setup(
+    name="nni-opevo",
+    version="0.1.0",
+    description="OpEvo (Gao et al. 2021) as an NNI 3.0 tuner, with Apache TVM trial code for tensor operators",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["nni_opevo", "nni_opevo.*"]),
+    package_data={"nni_opevo": ["registration.yml"]},
+    install_requires=["nni==3.0", "numpy", "scipy", "setuptools<82"],
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6"],
+    },
+)
