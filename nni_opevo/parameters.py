@@ -242,8 +242,9 @@ class PermParameter(Parameter):
     def random_neighbour(self, value: tuple[int, ...], rng: np.random.Generator) -> tuple[int, ...] | None:
         if self.n < 2:
             return None
-        i, j = rng.choice(self.n, 2, replace=False)
-        return self._swap(value, int(i), int(j))
+        i = int(rng.integers(self.n))
+        j = int(rng.integers(self.n - 1))
+        return self._swap(value, i, j + (j >= i))
 
     @staticmethod
     def _swap(value: tuple[int, ...], i: int, j: int) -> tuple[int, ...]:
