@@ -18,6 +18,7 @@ eq. 2 draws parents in proportion to it. NNI experiments report anything, so:
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Literal
 
 OptimizeMode = Literal["maximize", "minimize"]
@@ -27,11 +28,8 @@ def objective(value: Any) -> float | None:
     """The number a trial reported, or None when it is a failure."""
     if isinstance(value, dict):
         value = value.get("default")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            value = float(value)  # numpy scalars and numeric strings NNI may deliver
-        except (TypeError, ValueError):
-            return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy scalars are Real
+        return None
     value = float(value)
     return value if math.isfinite(value) else None
 

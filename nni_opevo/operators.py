@@ -4,7 +4,7 @@ Both work parameter by parameter on the flat keyed configurations of ``search_sp
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -57,3 +57,39 @@ def breed(
             value = eligible[min(i, len(eligible) - 1)][0]
         child[slot.key] = q_random_walk(slot.param, value, q, rng)
     return child
+
+
+def nearest_unseen(
+    space: SearchSpace,
+    start: Config,
+    seen: Callable[[Config], bool],
+    rng: np.random.Generator,
+    max_expansions: int,
+) -> Config | None:
+    """An unseen configuration at the smallest topology distance from ``start``, drawn
+    uniformly among those at that distance (breadth-first, at most ``max_expansions``
+    configurations expanded); None when none is found within the bound.
+
+    This is where repeated re-mutation of a child ends up once the walk keeps landing on
+    sampled configurations: the first unseen ring around it.
+    """
+    visited = {space.identity(start)}
+    frontier = [start]
+    expansions = 0
+    while frontier and expansions < max_expansions:
+        ring: list[Config] = []
+        found: list[Config] = []
+        for config in frontier:
+            expansions += 1
+            for nb in space.neighbours(config):
+                key = space.identity(nb)
+                if key in visited:
+                    continue
+                visited.add(key)
+                (ring if seen(nb) else found).append(nb)
+            if expansions >= max_expansions:
+                break
+        if found:
+            return found[int(rng.integers(len(found)))]
+        frontier = ring
+    return None

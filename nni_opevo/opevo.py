@@ -14,9 +14,11 @@ Mapping from the paper to NNI's calls:
 * Until some evaluated configuration has positive fitness there is nothing to inherit (sec.
   4.2: zero-fitness traits are never inherited), so proposals stay uniform random.
 * No configuration is proposed twice (sec. 4.4): a child that is evaluated or in flight is
-  mutated again, up to ``REMUTATIONS`` times, then replaced by random draws, then, for spaces
-  of at most ``ENUMERATION_LIMIT`` configurations, by an unseen one found by listing. When
-  none is left the tuner raises NoMoreTrialError and NNI ends the experiment.
+  mutated again, up to ``REMUTATIONS`` times; if it still lands on sampled configurations its
+  neighbourhood is saturated, and it becomes the nearest unseen configuration in the topology
+  (breadth-first, ``SEARCH_EXPANSIONS`` at most); failing that, a random draw, and for spaces of
+  at most ``ENUMERATION_LIMIT`` configurations an unseen one found by listing. When none is
+  left the tuner raises NoMoreTrialError and NNI ends the experiment.
 * Line 6 / fitness: see ``fitness`` for how reported values, failures and minimize mode map
   to weights.
 """
@@ -33,13 +35,14 @@ from nni.tuner import Tuner
 
 from . import class_args
 from .fitness import Fitness
-from .operators import breed
+from .operators import breed, nearest_unseen
 from .population import Population
 from .search_space import Config, SearchSpace
 
 _logger = logging.getLogger(__name__)
 
 REMUTATIONS = 64
+SEARCH_EXPANSIONS = 500
 RANDOM_DRAWS = 256
 ENUMERATION_LIMIT = 200_000
 
@@ -212,10 +215,16 @@ class OpEvoTuner(Tuner):
 
     def _unique(self, config: Config) -> Config:
         space, population = self._require_space()
+        child = config
         for _ in range(REMUTATIONS):
             if not population.seen(space.identity(config)):
                 return config
             config = breed(space, [(config, 1.0)], self.mutate_rate, self.rng)
+        if not population.seen(space.identity(config)):
+            return config
+        near = nearest_unseen(space, child, lambda c: population.seen(space.identity(c)), self.rng, SEARCH_EXPANSIONS)
+        if near is not None:
+            return near
         for _ in range(RANDOM_DRAWS):
             config = space.sample(self.rng)
             if not population.seen(space.identity(config)):

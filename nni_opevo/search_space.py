@@ -114,6 +114,20 @@ class SearchSpace:
             yield from self._enumerate(i + 1, partial)
             del partial[slot.key]
 
+    def neighbours(self, config: Config) -> Iterator[Config]:
+        """Configurations one topology step away in one parameter. Continuous parameters and
+        nested-choice switches are left out: their moves have no finite neighbour list."""
+        for slot in self.active_slots(config):
+            p = slot.param
+            if isinstance(p, ChoiceParameter) and p.nested:
+                continue
+            try:
+                values = p.neighbours(config[slot.key])
+            except TypeError:
+                continue
+            for value in values:
+                yield {**config, slot.key: value}
+
     # ------------------------------------------------------------------ trial format
 
     def to_trial(self, config: Config) -> dict[str, Any]:

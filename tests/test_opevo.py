@@ -1,0 +1,277 @@
+"""OpEvoTuner's behaviour through the calls NNI's dispatcher makes."""
+import math
+
+import numpy as np
+import pytest
+from nni import NoMoreTrialError
+from nni.algorithms.hpo.random_tuner import RandomTuner
+
+from nni_opevo import OpEvoClassArgsValidator, OpEvoTuner
+from nni_opevo.dispatch import drive
+from nni_opevo.fitness import Fitness, objective
+from nni_opevo.operators import breed
+from nni_opevo.parameters import FactorParameter
+from nni_opevo.search_space import SearchSpace
+from nni_opevo.synthetic import tiled_matmul
+
+SMALL = {
+    "f": {"_type": "factor", "_value": [64, 3]},
+    "p": {"_type": "perm", "_value": 3},
+    "c": {"_type": "choice", "_value": ["a", "b", "c"]},
+}
+
+
+def key_of(params):
+    return repr(sorted(params.items()))
+
+
+def best_so_far(run, n):
+    values = [t.result for t in run.trials[:n] if t.result is not None]
+    return max(values, default=0.0)
+
+
+# ------------------------------------------------------------------ proposals
+
+
+def test_steady_state_fills_every_request_without_repeats():
+    space, f = tiled_matmul(seed=1)
+    tuner = OpEvoTuner(seed=0)
+    run = drive(tuner, space, f, max_trials=300, concurrency=8, seed=0)
+    assert len(run.trials) == 300 and not run.exhausted
+    assert len({key_of(t.parameters) for t in run.trials}) == 300
+    parsed = SearchSpace(space)
+    assert all(parsed.contains(parsed.from_trial(t.parameters)) for t in run.trials)
+
+
+def test_first_lambda_are_random_then_children_of_parents():
+    tuner = OpEvoTuner(seed=3, parents_size=4, offspring_size=4, mutate_rate=0.5)
+    tuner.update_search_space({"x": {"_type": "randint", "_value": [0, 1000]}})
+    first = [tuner.generate_parameters(i)["x"] for i in range(4)]
+    for i, x in enumerate(first):
+        tuner.receive_trial_result(i, {"x": x}, 100.0 if i == 0 else 0.0)
+    # Only parameter 0 has positive fitness: every child is a short walk from it.
+    children = [tuner.generate_parameters(i)["x"] for i in range(4, 40)]
+    assert all(abs(c - first[0]) <= 30 for c in children)
+
+
+def test_recombination_follows_eq_2():
+    space = SearchSpace({"a": {"_type": "choice", "_value": list(range(50))}, "b": {"_type": "choice", "_value": list(range(50))}})
+    rng = np.random.default_rng(0)
+    p1, p2 = {("a",): 1, ("b",): 1}, {("a",): 2, ("b",): 2}
+    n, q = 40_000, 1e-9  # q ~ 0: no mutation, pure recombination
+    children = [breed(space, [(p1, 3.0), (p2, 1.0)], q, rng) for _ in range(n)]
+    share_a = sum(c[("a",)] == 1 for c in children) / n
+    share_b = sum(c[("b",)] == 1 for c in children) / n
+    mixed = sum(c[("a",)] != c[("b",)] for c in children) / n
+    assert share_a == pytest.approx(0.75, abs=0.01) and share_b == pytest.approx(0.75, abs=0.01)
+    assert mixed == pytest.approx(2 * 0.75 * 0.25, abs=0.01)  # each parameter drawn independently
+    zero = [breed(space, [(p1, 1.0), (p2, 0.0)], q, rng) for _ in range(2000)]
+    assert all(c == p1 for c in zero)  # zero-fitness traits are never inherited
+
+
+def test_same_seed_same_results_same_proposals():
+    space, f = tiled_matmul(seed=2)
+    runs = [drive(OpEvoTuner(seed=11), space, f, max_trials=120, concurrency=4, seed=5) for _ in range(2)]
+    assert [t.parameters for t in runs[0].trials] == [t.parameters for t in runs[1].trials]
+    other = drive(OpEvoTuner(seed=12), space, f, max_trials=120, concurrency=4, seed=5)
+    assert [t.parameters for t in other.trials] != [t.parameters for t in runs[0].trials]
+
+
+def test_exhausting_a_24_point_space_ends_cleanly():
+    space = {"p": {"_type": "perm", "_value": 4}}
+    run = drive(OpEvoTuner(seed=0, parents_size=4), space, lambda p: float(p["p"][0]), max_trials=100, concurrency=4)
+    assert run.exhausted
+    assert len(run.trials) == 24 == len({key_of(t.parameters) for t in run.trials})
+    tuner = OpEvoTuner(seed=0)
+    tuner.update_search_space({"c": {"_type": "choice", "_value": [1, 2]}})
+    tuner.generate_parameters(0), tuner.generate_parameters(1)
+    with pytest.raises(NoMoreTrialError):
+        tuner.generate_parameters(2)
+    assert tuner.generate_multiple_parameters([2, 3]) == []  # NNI then sends NoMoreTrialJobs
+
+
+def test_last_unseen_configuration_is_found_in_a_nearly_exhausted_space():
+    space = SearchSpace({"f": {"_type": "factor", "_value": [2**10, 3]}})  # 66 configurations
+    tuner = OpEvoTuner(seed=0, mutate_rate=0.01)  # a tiny q: re-mutation alone rarely escapes
+    tuner.update_search_space(space.raw)
+    configs = list(space.enumerate())
+    for i, c in enumerate(configs[:-1]):
+        tuner.population.add(c, 1.0)
+    tuner._proposed = len(configs)
+    assert tuner.generate_parameters(0) == space.to_trial(configs[-1])
+
+
+# ------------------------------------------------------------------ optimization quality
+
+
+def test_beats_nni_random_with_factors_as_choice():
+    """Mean best-after-200 over 20 seeds on synthetic tiled MatMul landscapes."""
+    ours, theirs = [], []
+    for seed in range(20):
+        space, f = tiled_matmul(seed=seed)
+        as_choice = {
+            name: {"_type": "choice", "_value": [list(v) for v in FactorParameter(name, spec["_value"]).enumerate()]}
+            if spec["_type"] == "factor" else spec
+            for name, spec in space.items()
+        }
+        as_choice["order"] = {"_type": "choice", "_value": [list(p) for p in __import__("itertools").permutations(space["order"]["_value"])]}
+        ours.append(best_so_far(drive(OpEvoTuner(seed=seed), space, f, 200, concurrency=8, seed=seed), 200))
+        theirs.append(best_so_far(drive(RandomTuner(seed=seed), as_choice, f, 200, concurrency=8, seed=seed), 200))
+    print(f"mean best after 200: OpEvo {np.mean(ours):.2f}, Random {np.mean(theirs):.2f}")
+    assert np.mean(ours) > 1.5 * np.mean(theirs)
+    assert sum(o > t for o, t in zip(ours, theirs)) >= 15
+
+
+def test_best_beats_best_of_initial_population():
+    space, f = tiled_matmul(seed=4)
+    run = drive(OpEvoTuner(seed=4), space, f, 200, concurrency=8, seed=4)
+    assert best_so_far(run, 200) > best_so_far(run, 8)
+
+
+def test_minimize_finds_the_bottom_of_a_bowl():
+    space = {
+        "x": {"_type": "randint", "_value": [-50, 51]},
+        "y": {"_type": "quniform", "_value": [-20, 20, 0.5]},
+        "s": {"_type": "choice", "_value": [1, 2, 3]},
+    }
+    bowl = lambda p: (p["x"] - 7) ** 2 + 4 * (p["y"] + 3.5) ** 2 + 10 * (p["s"] - 2) ** 2 + 1.0  # noqa: E731
+    run = drive(OpEvoTuner(optimize_mode="minimize", seed=0), space, bowl, 300, concurrency=4)
+    best = min(run.trials, key=lambda t: t.result)
+    assert best.result == 1.0 and best.parameters == {"x": 7, "y": -3.5, "s": 2}
+
+
+def test_continuous_parameters_are_optimized():
+    space = {"u": {"_type": "uniform", "_value": [-5, 5]}, "l": {"_type": "loguniform", "_value": [1e-5, 1]}}
+    f = lambda p: -((p["u"] - 1.3) ** 2) - (math.log10(p["l"]) + 2) ** 2  # noqa: E731
+    run = drive(OpEvoTuner(seed=1), space, f, 300, concurrency=4)
+    best = max(run.trials, key=lambda t: t.result).parameters
+    assert abs(best["u"] - 1.3) < 0.3 and abs(math.log10(best["l"]) + 2) < 0.3
+
+
+# ------------------------------------------------------------------ results NNI may deliver
+
+
+def test_fitness_transform():
+    assert objective({"default": 3.5, "latency_ms": 2}) == 3.5
+    assert objective(2) == 2.0 and objective(np.float32(1.5)) == 1.5
+    for bad in (None, float("nan"), float("inf"), -float("inf"), "oops", {"latency": 1}, True):
+        assert objective(bad) is None
+    up = Fitness("maximize")
+    for v in (4.0, 0.0, 2.0):
+        up.observe(v)
+    assert [up.weight(v) for v in (4.0, 0.0, None)] == [4.0, 0.0, 0.0]  # the paper's weights
+    up.observe(-3.0)
+    assert [up.weight(v) for v in (4.0, -3.0)] == [7.0, 0.0]  # shifted: the worst weighs 0
+    down = Fitness("minimize")
+    for v in (2.0, 4.0):
+        down.observe(v)
+    assert [down.weight(v) for v in (2.0, 4.0)] == [0.5, 0.25]  # 1/latency ~ throughput
+    assert down.score(2.0) > down.score(4.0) > down.score(None)
+    down.observe(-1.0)
+    assert [down.weight(v) for v in (-1.0, 4.0)] == [5.0, 0.0]
+
+
+def test_failures_and_odd_values_never_break_selection():
+    space, f = tiled_matmul(seed=5)
+    values = iter([None, float("nan"), float("inf"), -2.0, {"default": 3.0}, "x", {"no": 1}] * 100)
+
+    def odd(params):
+        v = next(values)
+        return v if v is not None else None
+
+    run = drive(OpEvoTuner(seed=0), space, odd, 150, concurrency=8)
+    assert len(run.trials) == 150 and len({key_of(t.parameters) for t in run.trials}) == 150
+
+
+def test_unknown_repeated_and_mismatched_ids_are_tolerated():
+    tuner = OpEvoTuner(seed=0, parents_size=2, offspring_size=2)
+    tuner.update_search_space(SMALL)
+    a, b = tuner.generate_parameters(0), tuner.generate_parameters(1)
+    tuner.trial_end(99, False)  # unknown id
+    tuner.trial_end(1, True)  # NNI mixed ids up (#5726): trial 1 reported ended, provisionally a failure
+    tuner.trial_end(1, True)  # repeated
+    tuner.receive_trial_result(0, a, 5.0)
+    tuner.receive_trial_result(1, b, 9.0)  # its real result arrives later and counts
+    tuner.trial_end(0, True)
+    assert tuner.population.best()[1] == 9.0
+    tuner.receive_trial_result(77, {"f": [4, 4, 4], "p": [2, 1, 0], "c": "b"}, 20.0)  # customized trial
+    tuner.receive_trial_result(78, {"f": [3, 3, 3], "p": [2, 1, 0], "c": "b"}, 50.0)  # not in the space: ignored
+    assert tuner.population.best()[1] == 20.0
+    seen = {key_of(a), key_of(b), key_of({"f": [4, 4, 4], "p": [2, 1, 0], "c": "b"})}
+    for i in range(2, 40):
+        params = tuner.generate_parameters(i)
+        assert key_of(params) not in seen
+        seen.add(key_of(params))
+
+
+def test_trial_ending_without_result_is_a_failure():
+    tuner = OpEvoTuner(seed=0, parents_size=1, offspring_size=1)
+    tuner.update_search_space({"x": {"_type": "randint", "_value": [0, 100]}})
+    tuner.generate_parameters(0)
+    tuner.trial_end(0, False)
+    assert tuner.population.n_evaluated == 1 and tuner.population.best()[1] is None
+
+
+# ------------------------------------------------------------------ resume and space updates
+
+
+def test_import_data_continues_the_evolution_without_repeats():
+    space, f = tiled_matmul(seed=6)
+    first = drive(OpEvoTuner(seed=1), space, f, 100, concurrency=4, seed=1)
+    resumed = OpEvoTuner(seed=2)
+    resumed.update_search_space(space)
+    resumed.import_data([{"parameter": t.parameters, "value": t.result} for t in first.trials])
+    assert resumed.population.n_evaluated == 100
+    best = max(t.result for t in first.trials)
+    assert resumed.population.best()[1] == best
+    earlier = {key_of(t.parameters) for t in first.trials}
+    proposals = [resumed.generate_parameters(i) for i in range(200, 260)]
+    assert not earlier & {key_of(p) for p in proposals}
+    # Children, not a fresh random population: valid far more often than uniform draws (~8%).
+    assert np.mean([f(p) > 0 for p in proposals]) > 0.3
+
+
+def test_search_space_update_keeps_the_fitting_history():
+    tuner = OpEvoTuner(seed=0, parents_size=2)
+    tuner.update_search_space({"x": {"_type": "randint", "_value": [0, 10]}})
+    params = [tuner.generate_parameters(i) for i in range(6)]
+    for i, p in enumerate(params):
+        tuner.receive_trial_result(i, p, float(p["x"]))
+    tuner.update_search_space({"x": {"_type": "randint", "_value": [0, 5]}})
+    kept = [p["x"] for p in params if p["x"] < 5]
+    assert tuner.population.n_evaluated == len(set(kept))
+
+
+# ------------------------------------------------------------------ classArgs
+
+
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        ({"optimize_mode": "max"}, "optimize_mode"),
+        ({"parents_size": 0}, "parents_size"),
+        ({"parents_size": 2.5}, "parents_size"),
+        ({"offspring_size": -1}, "offspring_size"),
+        ({"mutate_rate": 1.0}, "mutate_rate"),
+        ({"mutate_rate": 0}, "mutate_rate"),
+        ({"mutate_rate": "0.5"}, "mutate_rate"),
+        ({"seed": -1}, "seed"),
+        ({"seed": "x"}, "seed"),
+    ],
+)
+def test_bad_class_args_name_the_argument(kwargs, name):
+    with pytest.raises(ValueError, match=f"classArg '{name}'"):
+        OpEvoTuner(**kwargs)
+    with pytest.raises(ValueError, match=f"classArg '{name}'"):
+        OpEvoClassArgsValidator().validate_class_args(**kwargs)
+
+
+def test_validator_rejects_unknown_class_args():
+    with pytest.raises(ValueError, match="classArg 'parent_size' is not known"):
+        OpEvoClassArgsValidator().validate_class_args(parent_size=8)
+    OpEvoClassArgsValidator().validate_class_args(optimize_mode="minimize", parents_size=4, offspring_size=2, mutate_rate=0.9, seed=3)
+
+
+def test_calls_before_the_search_space_fail_clearly():
+    with pytest.raises(RuntimeError, match="update_search_space"):
+        OpEvoTuner().generate_parameters(0)
