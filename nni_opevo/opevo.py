@@ -33,7 +33,7 @@ import numpy as np
 from nni import ClassArgsValidator, NoMoreTrialError
 from nni.tuner import Tuner
 
-from . import class_args
+from . import class_args, fatal
 from .fitness import Fitness
 from .operators import breed, nearest_unseen
 from .population import Population
@@ -120,7 +120,11 @@ class OpEvoTuner(Tuner):
 
     def update_search_space(self, search_space: dict[str, Any]) -> None:
         """Validate the space (ValueError naming the parameter) and keep the history that fits it."""
-        space = SearchSpace(search_space)
+        try:
+            space = SearchSpace(search_space)
+        except ValueError as e:
+            fatal.fail(e)
+            raise
         old, self.space = self.population, space
         self.population = Population(space, Fitness(self.optimize_mode))
         self._brood_left = 0

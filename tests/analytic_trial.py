@@ -1,0 +1,21 @@
+"""A cheap NNI trial: the synthetic tiled-MatMul objective, reported like a kernel trial."""
+import nni
+
+from nni_opevo.synthetic import tiled_matmul
+
+SHAPE = dict(n=256, m=256, k=256, seed=0)
+
+
+def space() -> dict:
+    s, _ = tiled_matmul(**SHAPE)
+    return {**s, "unroll": {"_type": "choice", "_value": [0, 1]}}
+
+
+def objective(params: dict) -> float:
+    _, f = tiled_matmul(**SHAPE)
+    return f(params) * (1.0 if params["unroll"] else 0.8)
+
+
+if __name__ == "__main__":
+    params = nni.get_next_parameter()
+    nni.report_final_result({"default": objective(params), "status": "ok"})

@@ -1,0 +1,94 @@
+"""OpEvo under real ``nnictl`` experiments on loopback (NNI 3.0, local training service)."""
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+import analytic_trial
+from nni_experiment import Experiment
+
+HERE = Path(__file__).parent
+LAMBDA = 8
+
+
+def config(workdir: Path, space: dict, tuner: dict, trials: int, concurrency: int = 4) -> dict:
+    shutil.copy(HERE / "analytic_trial.py", workdir)
+    (workdir / "space.json").write_text(json.dumps(space))
+    return {
+        "searchSpaceFile": "space.json",
+        "trialCommand": f"{sys.executable} analytic_trial.py",
+        "trialCodeDirectory": str(workdir),
+        "trialConcurrency": concurrency,
+        "maxTrialNumber": trials,
+        "tuner": tuner,
+        "trainingService": {"platform": "local"},
+    }
+
+
+def check_evolution(exp: Experiment, trials: int) -> None:
+    status = exp.wait()
+    assert status["status"] in ("DONE", "NO_MORE_TRIAL"), status
+    params, results = exp.parameters(), exp.results()
+    assert len(params) == trials and sorted(results) == sorted(params), "every trial reports a result"
+    assert len({json.dumps(p, sort_keys=True) for p in params.values()}) == trials, "no configuration repeats"
+    for pid, p in params.items():  # the tuner's data is consistent: each result is its own config's
+        assert results[pid]["default"] == pytest.approx(analytic_trial.objective(p))
+    values = {pid: r["default"] for pid, r in results.items()}
+    best_initial = max(values[pid] for pid in sorted(values)[:LAMBDA])
+    assert max(values.values()) > best_initial
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    return tmp_path
+
+
+def test_class_name_experiment_evolves(workdir):
+    tuner = {"className": "nni_opevo.OpEvoTuner", "codeDirectory": str(workdir), "classArgs": {"seed": 3}}
+    with Experiment(workdir, config(workdir, analytic_trial.space(), tuner, 60)) as exp:
+        check_evolution(exp, 60)
+
+
+def test_registered_name_experiment_evolves(workdir):
+    env = {"NNI_CONFIG_DIR": str(workdir / "nni-config")}
+    exp = Experiment(workdir, config(workdir, analytic_trial.space(), {"name": "OpEvo", "classArgs": {"seed": 4, "mutate_rate": 0.6}}, 60), env)
+    out = exp.nnictl("algo", "register", "--meta", str(HERE.parent / "nni_opevo" / "registration.yml"))
+    assert "registered sucessfully" in out or "registered successfully" in out, out
+    assert "OpEvo" in exp.nnictl("algo", "list")
+    with exp:
+        check_evolution(exp, 60)
+
+
+def test_exhausted_space_ends_the_experiment_cleanly(workdir):
+    space = {"f": {"_type": "factor", "_value": [4, 2]}, "p": {"_type": "perm", "_value": 3},
+             "c": {"_type": "choice", "_value": [{"_name": "a"}, {"_name": "b", "u": {"_type": "choice", "_value": [0, 1]}}]}}
+    # 3 factorizations x 6 orders x 3 options = 54 configurations, fewer than maxTrialNumber.
+    trial = workdir / "trial.py"
+    trial.write_text("import nni\np = nni.get_next_parameter()\nnni.report_final_result(float(p['f'][0]))\n")
+    cfg = config(workdir, space, {"className": "nni_opevo.OpEvoTuner", "codeDirectory": str(workdir)}, 80, concurrency=6)
+    cfg["trialCommand"] = f"{sys.executable} trial.py"
+    with Experiment(workdir, cfg) as exp:
+        status = exp.wait()
+        assert status["status"] == "TUNER_NO_MORE_TRIAL" and not status["errors"], status
+        params = exp.parameters()
+        assert len(params) == 54 == len({json.dumps(p, sort_keys=True) for p in params.values()})
+        assert len(exp.results()) == 54
+
+
+@pytest.mark.parametrize(
+    "space,class_args,message",
+    [
+        ({"tile": {"_type": "factor", "_value": [0, 3]}}, {}, "search space parameter 'tile': factor: C must be >= 1"),
+        ({"x": {"_type": "randint", "_value": [0, 9]}}, {"mutate_rate": 1.5}, "classArg 'mutate_rate'"),
+    ],
+    ids=["bad-space", "bad-class-arg"],
+)
+def test_bad_input_fails_the_experiment_with_a_clear_error(workdir, space, class_args, message):
+    tuner = {"className": "nni_opevo.OpEvoTuner", "codeDirectory": str(workdir), "classArgs": class_args}
+    with Experiment(workdir, config(workdir, space, tuner, 4)) as exp:
+        status = exp.wait(timeout=120)
+        assert status["status"] == "ERROR"
+        assert message in json.dumps(status["errors"]) + exp.dispatcher_log()
+        assert exp.parameters() == {}
