@@ -298,6 +298,12 @@ class ChoiceParameter(Parameter):
             for i, name in enumerate(names):
                 if name in names[:i]:
                     raise self.error(f"nested option names must be distinct, {name!r} is repeated")
+        else:
+            # Two equal options would be two configurations the trial cannot tell apart, so
+            # the tuner could propose what was already evaluated.
+            for i, option in enumerate(spec_value):
+                if self._plain_index(option) != i:
+                    raise self.error(f"options must be distinct, {option!r} is repeated")
         self.subspaces: list[Any] = []  # filled by search_space for nested choices
 
     @property
@@ -329,10 +335,18 @@ class ChoiceParameter(Parameter):
             if name not in names:
                 raise ValueError(f"'{self.path}': {raw!r} names none of the options {names!r}")
             return names.index(name)
+        index = self._plain_index(raw)
+        if index is None:
+            raise ValueError(f"'{self.path}': {raw!r} is not one of {self.options!r}")
+        return index
+
+    def _plain_index(self, raw: Any) -> int | None:
+        """The first option equal to ``raw`` (numbers compare across int/float, not with
+        bools or strings, as JSON round trips them), or None."""
         for i, option in enumerate(self.options):
             if option == raw and (type(option) is type(raw) or (_is_real(option) and _is_real(raw))):
                 return i
-        raise ValueError(f"'{self.path}': {raw!r} is not one of {self.options!r}")
+        return None
 
 
 # --------------------------------------------------------------------------- ordered grids

@@ -37,6 +37,8 @@ MALFORMED = [
     ({"x": {"_type": "discrete", "_value": []}}, "x", "non-empty list"),
     ({"x": {"_type": "discrete", "_value": [1, "a"]}}, "x", "finite numbers"),
     ({"x": {"_type": "discrete", "_value": [1, 2, 1]}}, "x", "distinct"),
+    ({"x": {"_type": "choice", "_value": [0, 0]}}, "x", "options must be distinct"),
+    ({"x": {"_type": "choice", "_value": ["a", 2, 2.0]}}, "x", "options must be distinct"),
     ({"x": {"_type": "discrete", "_value": [1, float("nan")]}}, "x", "finite numbers"),
     ({"x": {"_type": "randint", "_value": [5, 5]}}, "x", "low must be < high"),
     ({"x": {"_type": "randint", "_value": [0.5, 5]}}, "x", "integers"),
