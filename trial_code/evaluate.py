@@ -1,0 +1,147 @@
+"""Evaluate one configuration end to end, never hanging and never raising: the trial's parent side.
+
+Static feasibility is checked here, in milliseconds and without TVM. Everything else runs in a
+``worker`` child process in its own session, so a build that exceeds ``build_timeout`` or a
+kernel that exceeds ``run_timeout`` (counted from when the device lock is held, so waiting for
+other trials' measurements never counts) is killed with its compilers, and a crash is turned
+into a status from the phase it happened in.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .status import Status
+from .targets import Target
+from .templates import Infeasible, for_workload
+from .workloads import Workload
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class Result:
+    status: Status
+    tflops: float = 0.0
+    latency_ms: float | None = None
+    build_s: float | None = None
+    error: str = ""
+    total_s: float = 0.0
+
+    def report(self) -> dict[str, Any]:
+        """The dict for ``nni.report_final_result``: 'default' is TFLOPS, 0.0 on any failure."""
+        return {"default": self.tflops, "latency_ms": self.latency_ms, "status": self.status.name,
+                "build_s": self.build_s, "error": self.error}
+
+
+@dataclass
+class Limits:
+    build_timeout: float = 120.0
+    run_timeout: float = 60.0
+    repeat: int = 5
+    min_repeat_ms: int = 50
+    seed: int = 0
+
+
+def evaluate(workload: Workload, params: dict[str, Any], target: Target, limits: Limits = Limits(),
+             build_only: bool = False) -> Result:
+    start = time.perf_counter()
+    result = _evaluate(workload, params, target, limits, build_only)
+    result.total_s = time.perf_counter() - start
+    return result
+
+
+def _evaluate(workload: Workload, params: dict[str, Any], target: Target, limits: Limits, build_only: bool) -> Result:
+    template = for_workload(workload)
+    try:
+        template.check(workload, params, target)
+    except Infeasible as exc:
+        return Result(Status.INSTANTIATION_ERROR, error=str(exc))
+    if target.kind == "cuda" and not target.has_device and not build_only:
+        return Result(Status.RUNTIME_DEVICE, error="no CUDA device is visible here "
+                      f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); use target cpu")
+    job = {"workload": workload.to_json(), "params": params, "target": target.to_json(), "seed": limits.seed,
+           "repeat": limits.repeat, "min_repeat_ms": limits.min_repeat_ms, "build_only": build_only}
+    with tempfile.TemporaryFile("w+") as stderr:
+        events, returncode, timed_out = _run_worker(job, limits, stderr)
+        stderr.seek(0)
+        tail = stderr.read()[-1500:].strip()
+    built = next((e for e in events if e["event"] == "built"), None)
+    build_s = built["build_s"] if built else None
+    phases = {e["event"] for e in events}
+    if timed_out:
+        status = Status.RUN_TIMEOUT if "measuring" in phases else Status.BUILD_TIMEOUT
+        limit = limits.run_timeout if status is Status.RUN_TIMEOUT else limits.build_timeout
+        return Result(status, build_s=build_s, error=f"killed after the {limit:g} s limit")
+    last = events[-1] if events else {}
+    if last.get("event") == "failed":
+        return Result(Status[last["status"]], build_s=build_s, error=last["error"])
+    if last.get("event") == "done":
+        if last["latency_s"] is None:  # build only
+            return Result(Status.NO_ERROR, build_s=build_s)
+        latency = last["latency_s"]
+        return Result(Status.NO_ERROR, tflops=template.flops(workload) / latency / 1e12, latency_ms=latency * 1e3,
+                      build_s=build_s)
+    # The worker died without a verdict: a crash inside TVM, the compiler or the kernel.
+    how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+    status = (Status.RUNTIME_DEVICE if "measuring" in phases
+              else Status.UNKNOWN_ERROR if "built" in phases else Status.COMPILE_HOST)
+    return Result(status, build_s=build_s, error=f"worker died ({how}): {tail[-800:]}")
+
+
+def _run_worker(job: dict[str, Any], limits: Limits, stderr: Any) -> tuple[list[dict[str, Any]], int, bool]:
+    """(events, return code, whether a time limit killed it)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    process = subprocess.Popen([sys.executable, "-m", "trial_code.worker"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=True, text=True)
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(json.dumps(job))
+    process.stdin.close()
+    events: list[dict[str, Any]] = []
+    deadline: float | None = time.monotonic() + limits.build_timeout
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    timed_out = False
+    try:
+        while True:
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                timed_out = True
+                break
+            if not selector.select(wait):
+                continue
+            line = process.stdout.readline()
+            if not line:
+                break
+            event = json.loads(line)
+            events.append(event)
+            # Waiting for the device lock has no limit; measuring has its own from when it starts.
+            deadline = {"built": None, "measuring": time.monotonic() + limits.run_timeout}.get(event["event"], deadline)
+    finally:
+        selector.close()
+        if timed_out or process.poll() is None:
+            _kill(process, grace=0 if timed_out else 5)
+    return events, process.wait(), timed_out
+
+
+def _kill(process: subprocess.Popen, grace: float) -> None:
+    """Kill the worker's whole session (it may have nvcc or a linker running), after ``grace`` s."""
+    if grace:
+        try:
+            process.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

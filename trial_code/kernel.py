@@ -1,0 +1,48 @@
+"""Build a kernel: workload + parameters -> scheduled TVM module -> compiled executable.
+
+Also gives the generated source (CUDA C or LLVM IR), which is what ``export`` writes next to
+the best configuration, and the CUDA compile-to-cubin check used where no GPU is visible.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import te
+from tvm import s_tir
+
+from .targets import Target
+from .templates import for_workload
+from .workloads import Workload
+
+
+def scheduled(workload: Workload, params: dict[str, Any], target: Target) -> Any:
+    """The scheduled IRModule; template or TVM schedule errors propagate (INSTANTIATION_ERROR)."""
+    template = for_workload(workload)
+    func = te.create_prim_func(template.compute(workload))
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    template.schedule(sch, workload, params, target)
+    return sch.mod
+
+
+def build(module: Any, target: Target) -> Any:
+    """Compile to an executable. With a GPU visible this also compiles the CUDA code (NVRTC)."""
+    return tvm.compile(module, target=tvm.target.Target(target.tvm_target()))
+
+
+def source(executable: Any, target: Target) -> str:
+    """The generated device source: CUDA C for CUDA, LLVM IR for the CPU."""
+    if target.kind == "cuda":
+        return executable.mod.imports[0].inspect_source("cuda")
+    return executable.mod.inspect_source("ll")
+
+
+def compile_cuda_binary(executable: Any, target: Target) -> bytes:
+    """Compile the CUDA source to a cubin with the machine's nvcc: the proof that a kernel builds
+    where no GPU (and so no NVRTC module creation) is available."""
+    from tvm.support import nvcc
+
+    tvm_target = tvm.target.Target(target.tvm_target())
+    with tvm_target:
+        return bytes(nvcc.compile_cuda(source(executable, target), target_format="cubin", arch=target.arch,
+                                       compiler="nvcc"))

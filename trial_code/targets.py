@@ -1,0 +1,112 @@
+"""Which device a trial runs on, and its limits, decided without importing TVM.
+
+``auto`` picks CUDA when the CUDA driver sees a GPU (honouring CUDA_VISIBLE_DEVICES, as NNI
+sets it per trial) and the CPU otherwise. The limits feed the templates' static feasibility
+checks, so infeasible configurations are rejected in milliseconds, before any build.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# CUDA hardware limits that no target attribute carries (CUDA programming guide, table 21).
+MAX_BLOCK_DIM_Z = 64
+MAX_GRID_DIM_YZ = 65535
+# Virtual threads multiply code size and registers; TVM's GPU checks and the H100 study cap them here.
+MAX_VTHREADS = 64
+# A vectorized CPU loop longer than this is unrolled into huge code for no gain.
+MAX_CPU_VECTOR = 64
+
+# What an H100 reports, for compiling CUDA where no GPU is visible (CI, nvcc-only machines).
+H100 = {"arch": "sm_90a", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152}
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str  # "cuda" or "llvm"
+    arch: str = ""  # CUDA: "sm_90a"
+    max_threads_per_block: int = 0
+    max_shared_memory_per_block: int = 0
+    device: str = "cpu"  # names the device's measurement lock: "cpu" or "cuda-<visible id>"
+    has_device: bool = True  # False: CUDA code can be built but not run here
+
+    def tvm_target(self) -> dict[str, Any]:
+        """The target as the dict ``tvm.target.Target`` takes (option strings are rejected in 0.27)."""
+        if self.kind == "llvm":
+            return {"kind": "llvm", "num-cores": os.cpu_count() or 1}
+        return {"kind": "cuda", "arch": self.arch, "max_threads_per_block": self.max_threads_per_block,
+                "max_num_threads": self.max_threads_per_block,
+                "max_shared_memory_per_block": self.max_shared_memory_per_block, "thread_warp_size": 32}
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> "Target":
+        return Target(**data)
+
+
+def cpu() -> Target:
+    return Target("llvm")
+
+
+def cuda() -> Target:
+    """The visible GPU's target, or an H100's limits (build only) when none is visible."""
+    found = _visible_gpu()
+    if found is None:
+        return Target("cuda", device="cuda-none", has_device=False, **H100)
+    return Target("cuda", device=f"cuda-{_physical_id()}", **found)
+
+
+def resolve(name: str) -> Target:
+    """``auto``, ``cpu``/``llvm`` or ``cuda``."""
+    if name == "auto":
+        return cuda() if _visible_gpu() is not None else cpu()
+    if name in ("cpu", "llvm"):
+        return cpu()
+    if name == "cuda":
+        return cuda()
+    raise ValueError(f"target must be auto, cpu or cuda, got {name!r}")
+
+
+def _physical_id() -> str:
+    """The GPU's id as NNI names it (first of CUDA_VISIBLE_DEVICES), so trials on different GPUs
+    take different locks and trials on the same GPU share one."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return visible or "0"
+
+
+_GPU_CACHE: list[dict[str, Any] | None] = []
+
+
+def _visible_gpu() -> dict[str, Any] | None:
+    """Limits of CUDA device 0 as the driver reports them, or None without a driver or GPU."""
+    if not _GPU_CACHE:
+        _GPU_CACHE.append(_query_driver())
+    return _GPU_CACHE[0]
+
+
+def _query_driver() -> dict[str, Any] | None:
+    try:
+        cuda_lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    count = ctypes.c_int(0)
+    if cuda_lib.cuInit(0) != 0 or cuda_lib.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+        return None
+    device = ctypes.c_int(0)
+    if cuda_lib.cuDeviceGet(ctypes.byref(device), 0) != 0:
+        return None
+
+    def attribute(code: int) -> int:
+        value = ctypes.c_int(0)
+        cuda_lib.cuDeviceGetAttribute(ctypes.byref(value), code, device)
+        return value.value
+
+    # CU_DEVICE_ATTRIBUTE_: 1 MAX_THREADS_PER_BLOCK, 8 MAX_SHARED_MEMORY_PER_BLOCK, 75/76 CC major/minor.
+    major, minor = attribute(75), attribute(76)
+    suffix = "a" if (major, minor) == (9, 0) else ""
+    return {"arch": f"sm_{major}{minor}{suffix}", "max_threads_per_block": attribute(1),
+            "max_shared_memory_per_block": attribute(8)}

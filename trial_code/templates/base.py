@@ -1,0 +1,123 @@
+"""What every operator template provides, and the factor checks they share.
+
+A template owns one operator family: its search space per target kind, its static feasibility
+rules (plain arithmetic on the factors and the target's limits, no TVM, so an infeasible
+configuration is rejected in milliseconds), its TE compute, its schedule, and a float64
+reference for sampled output elements. TVM is imported inside ``compute`` and ``schedule``
+only, so the trial's parent process, the space generator and the tuner never load it.
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+from ..targets import MAX_BLOCK_DIM_Z, MAX_CPU_VECTOR, MAX_GRID_DIM_YZ, MAX_VTHREADS, Target
+from ..workloads import Workload
+
+
+class Infeasible(ValueError):
+    """The configuration cannot instantiate the template (status INSTANTIATION_ERROR)."""
+
+
+class Template(ABC):
+    families: tuple[str, ...]
+
+    @abstractmethod
+    def space(self, workload: Workload, target_kind: str) -> dict[str, Any]:
+        """The NNI search space (with ``factor``/``perm`` types) for this workload on a target kind."""
+
+    @abstractmethod
+    def check(self, workload: Workload, params: dict[str, Any], target: Target) -> None:
+        """Raise Infeasible, naming the parameter and the limit, if ``params`` cannot run on ``target``."""
+
+    @abstractmethod
+    def flops(self, workload: Workload) -> float:
+        """Floating-point operations of one run (a multiply-add counts 2)."""
+
+    @abstractmethod
+    def compute(self, workload: Workload) -> list[Any]:
+        """TE tensors: the inputs, then the output."""
+
+    @abstractmethod
+    def schedule(self, sch: Any, workload: Workload, params: dict[str, Any], target: Target) -> None:
+        """Apply the configuration to a ``tvm.s_tir.Schedule`` of ``compute``'s PrimFunc."""
+
+    @abstractmethod
+    def reference(self, workload: Workload, inputs: list[np.ndarray], index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Float64 values of the output at ``index`` (one row per element, one column per output
+        axis), and the sum of absolute products behind each, which scales the tolerance."""
+
+
+def factors(params: dict[str, Any], name: str, total: int, parts: int) -> list[int]:
+    """``params[name]`` as a list of ``parts`` positive ints with product ``total``."""
+    value = params.get(name)
+    if (not isinstance(value, list) or len(value) != parts
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
+        raise Infeasible(f"parameter '{name}' must be a list of {parts} positive ints, got {value!r}")
+    if math.prod(value) != total:
+        raise Infeasible(f"parameter '{name}' = {value} must multiply to {total}, not {math.prod(value)}")
+    return value
+
+
+def order(params: dict[str, Any], name: str, items: list[str]) -> list[str]:
+    """``params[name]`` as a permutation of ``items``."""
+    value = params.get(name)
+    if not isinstance(value, list) or sorted(map(str, value)) != sorted(items) or len(value) != len(items):
+        raise Infeasible(f"parameter '{name}' must be a permutation of {items}, got {value!r}")
+    return [str(v) for v in value]
+
+
+def one_of(params: dict[str, Any], name: str, allowed: tuple[int, ...]) -> int:
+    value = params.get(name)
+    if value not in allowed or isinstance(value, bool):
+        raise Infeasible(f"parameter '{name}' must be one of {list(allowed)}, got {value!r}")
+    return int(value)
+
+
+def limit(what: str, value: int, most: int) -> None:
+    if value > most:
+        raise Infeasible(f"{what} {value} exceeds the limit {most}")
+
+
+def check_gpu_launch(target: Target, threads: list[int], vthreads: int, shared_bytes: int,
+                     grid_yz: list[int]) -> None:
+    """The classic GPU limits: threads per block, threadIdx.z, virtual threads, shared memory, grid."""
+    limit("threads per block", math.prod(threads), target.max_threads_per_block)
+    if len(threads) == 3:
+        limit("threadIdx.z extent", threads[0], MAX_BLOCK_DIM_Z)
+    limit("virtual threads", vthreads, MAX_VTHREADS)
+    limit("shared memory bytes per block", shared_bytes, target.max_shared_memory_per_block)
+    for extent in grid_yz:
+        limit("blockIdx.y/z extent", extent, MAX_GRID_DIM_YZ)
+
+
+def check_cpu_vector(name: str, lanes: int) -> None:
+    limit(f"vector length (last of '{name}')", lanes, MAX_CPU_VECTOR)
+
+
+def cooperative_fetch(sch: Any, block: Any, anchor: Any, threads: list[tuple[int, str]]) -> None:
+    """Spread a shared-memory copy over the block's threads: fuse the copy loops that
+    ``compute_at(block, anchor)`` created and split them over the given (extent, thread tag)s,
+    as TVM's classic CUDA templates do. Axes of extent 1 get no loop, so the copy loops are
+    found as those below ``anchor``, not by counting the buffer's dimensions."""
+    loops = sch.get_loops(block)
+    anchor_node = sch.get(anchor)
+    position = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(anchor_node))
+    copy_loops = loops[position + 1:]
+    if not copy_loops:  # a single element: every thread loads it
+        return
+    fused = sch.fuse(*copy_loops) if len(copy_loops) > 1 else copy_loops[0]
+    parts = sch.split(fused, [extent for extent, _ in threads] + [None])
+    for loop, (_, tag) in zip(parts, threads):
+        sch.bind(loop, tag)
+
+
+def sample_indices(shape: tuple[int, ...], count: int, rng: np.random.Generator) -> np.ndarray:
+    """``count`` output positions (rows of indices), always including the first and the last."""
+    size = math.prod(shape)
+    flat = rng.choice(size, size=min(count, size), replace=False)
+    flat[:2] = [0, size - 1][: len(flat[:2])]
+    return np.stack(np.unravel_index(flat, shape), axis=1)

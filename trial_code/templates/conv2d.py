@@ -1,0 +1,173 @@
+"""Direct NCHW 2D convolution (OpEvo paper, appendix B.3, after TVM's classic conv2d_direct).
+
+CUDA: C_out, H_out and W_out split in 4 (blocks, virtual threads, threads, per-thread tile),
+C_in, H_k and W_k in 2 (shared-memory stage, inner); ``unroll_explicit`` {0, 1} and
+``auto_unroll_max_step`` {0, 125, 256} as in the paper; ``reduce_order`` permutes the outer
+reduction loops, which moves where the shared-memory stages are refilled.
+CPU: C_out, H_out in 2 (parallel, register tile), W_out in 2 (its inner part vectorized),
+C_in in 2, the same ``reduce_order`` and ``auto_unroll_max_step``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..targets import Target
+from ..workloads import Workload, conv2d_output_hw
+from .base import (Template, check_cpu_vector, check_gpu_launch, cooperative_fetch, factors, one_of, order)
+
+REDUCE = ["rc", "ry", "rx"]
+UNROLL_STEPS = (0, 125, 256)
+
+
+class Conv2dTemplate(Template):
+    families = ("conv2d",)
+
+    def space(self, workload: Workload, target_kind: str) -> dict[str, Any]:
+        s = workload.shape
+        out_h, out_w = conv2d_output_hw(s)
+        if target_kind == "cuda":
+            return {
+                "tile_f": {"_type": "factor", "_value": [s["out_channels"], 4]},
+                "tile_y": {"_type": "factor", "_value": [out_h, 4]},
+                "tile_x": {"_type": "factor", "_value": [out_w, 4]},
+                "tile_rc": {"_type": "factor", "_value": [s["in_channels"], 2]},
+                "tile_ry": {"_type": "factor", "_value": [s["kernel_h"], 2]},
+                "tile_rx": {"_type": "factor", "_value": [s["kernel_w"], 2]},
+                "reduce_order": {"_type": "perm", "_value": REDUCE},
+                "unroll_explicit": {"_type": "choice", "_value": [0, 1]},
+                "auto_unroll_max_step": {"_type": "discrete", "_value": list(UNROLL_STEPS)},
+            }
+        return {
+            "tile_f": {"_type": "factor", "_value": [s["out_channels"], 2]},
+            "tile_y": {"_type": "factor", "_value": [out_h, 2]},
+            "tile_x": {"_type": "factor", "_value": [out_w, 2]},
+            "tile_rc": {"_type": "factor", "_value": [s["in_channels"], 2]},
+            "reduce_order": {"_type": "perm", "_value": REDUCE},
+            "auto_unroll_max_step": {"_type": "discrete", "_value": list(UNROLL_STEPS)},
+        }
+
+    def check(self, workload: Workload, params: dict[str, Any], target: Target) -> None:
+        s = workload.shape
+        out_h, out_w = conv2d_output_hw(s)
+        one_of(params, "auto_unroll_max_step", UNROLL_STEPS)
+        order(params, "reduce_order", REDUCE)
+        if target.kind == "cuda":
+            f = factors(params, "tile_f", s["out_channels"], 4)
+            y = factors(params, "tile_y", out_h, 4)
+            x = factors(params, "tile_x", out_w, 4)
+            rc = factors(params, "tile_rc", s["in_channels"], 2)
+            ry = factors(params, "tile_ry", s["kernel_h"], 2)
+            rx = factors(params, "tile_rx", s["kernel_w"], 2)
+            one_of(params, "unroll_explicit", (0, 1))
+            stride = s["stride"]
+            in_h = (y[1] * y[2] * y[3] - 1) * stride + ry[1]
+            in_w = (x[1] * x[2] * x[3] - 1) * stride + rx[1]
+            shared = 4 * rc[1] * (in_h * in_w + f[1] * f[2] * f[3] * ry[1] * rx[1])
+            check_gpu_launch(target, [f[2], y[2], x[2]], f[1] * y[1] * x[1], shared, [s["batch"] * f[0], y[0]])
+        else:
+            factors(params, "tile_f", s["out_channels"], 2)
+            factors(params, "tile_y", out_h, 2)
+            x = factors(params, "tile_x", out_w, 2)
+            factors(params, "tile_rc", s["in_channels"], 2)
+            check_cpu_vector("tile_x", x[1])
+
+    def flops(self, workload: Workload) -> float:
+        s = workload.shape
+        out_h, out_w = conv2d_output_hw(s)
+        return 2.0 * s["batch"] * s["out_channels"] * out_h * out_w * s["in_channels"] * s["kernel_h"] * s["kernel_w"]
+
+    def compute(self, workload: Workload) -> list[Any]:
+        from tvm import te, tirx
+
+        s = workload.shape
+        p, stride = s["padding"], s["stride"]
+        out_h, out_w = conv2d_output_hw(s)
+        data = te.placeholder((s["batch"], s["in_channels"], s["height"], s["width"]), "float32", name="data")
+        kernel = te.placeholder((s["out_channels"], s["in_channels"], s["kernel_h"], s["kernel_w"]), "float32",
+                                name="kernel")
+        padded = te.compute(
+            (s["batch"], s["in_channels"], s["height"] + 2 * p, s["width"] + 2 * p),
+            lambda n, c, y, x: tirx.if_then_else(
+                tirx.all(y >= p, y < s["height"] + p, x >= p, x < s["width"] + p),
+                data[n, c, y - p, x - p], tirx.const(0.0, "float32")),
+            name="pad")
+        rc = te.reduce_axis((0, s["in_channels"]), name="rc")
+        ry = te.reduce_axis((0, s["kernel_h"]), name="ry")
+        rx = te.reduce_axis((0, s["kernel_w"]), name="rx")
+        out = te.compute(
+            (s["batch"], s["out_channels"], out_h, out_w),
+            lambda n, f, y, x: te.sum(padded[n, rc, y * stride + ry, x * stride + rx] * kernel[f, rc, ry, rx],
+                                      axis=[rc, ry, rx]),
+            name="conv")
+        return [data, kernel, out]
+
+    def schedule(self, sch: Any, workload: Workload, params: dict[str, Any], target: Target) -> None:
+        block = sch.get_sblock("conv")
+        loops = tuple(sch.get_loops(block))
+        if target.kind == "cuda":
+            self._schedule_cuda(sch, block, loops, params)
+        else:
+            self._schedule_cpu(sch, block, loops, params)
+        # Padding is computed where the padded data is read: into the shared-memory tile on CUDA
+        # (so the tile is exactly the halo'd window and the inner loop has no bounds test).
+        sch.compute_inline(sch.get_sblock("pad"))
+
+    @staticmethod
+    def _schedule_cuda(sch: Any, block: Any, loops: tuple[Any, ...], params: dict[str, Any]) -> None:
+        n, f, y, x, rc, ry, rx = loops
+        bf, vf, tf, fi = sch.split(f, params["tile_f"])
+        by, vy, ty, yi = sch.split(y, params["tile_y"])
+        bx, vx, tx, xi = sch.split(x, params["tile_x"])
+        rco, rci = sch.split(rc, params["tile_rc"])
+        ryo, ryi = sch.split(ry, params["tile_ry"])
+        rxo, rxi = sch.split(rx, params["tile_rx"])
+        outer = [{"rc": rco, "ry": ryo, "rx": rxo}[name] for name in params["reduce_order"]]
+        sch.reorder(n, bf, by, bx, vf, vy, vx, tf, ty, tx, *outer, rci, ryi, rxi, fi, yi, xi)
+        bz = sch.fuse(n, bf)
+        for loop, tag in ((bz, "blockIdx.z"), (by, "blockIdx.y"), (bx, "blockIdx.x"), (vf, "vthread.z"),
+                          (vy, "vthread.y"), (vx, "vthread.x"), (tf, "threadIdx.z"), (ty, "threadIdx.y"),
+                          (tx, "threadIdx.x")):
+            sch.bind(loop, tag)
+        accumulate = sch.cache_write(block, 0, "local")
+        sch.reverse_compute_at(accumulate, tx)
+        threads = [(params["tile_f"][2], "threadIdx.z"), (params["tile_y"][2], "threadIdx.y"),
+                   (params["tile_x"][2], "threadIdx.x")]
+        for operand in (0, 1):
+            shared = sch.cache_read(block, operand, "shared")
+            sch.compute_at(shared, outer[-1])
+            cooperative_fetch(sch, shared, outer[-1], threads)
+        sch.annotate(bz, "pragma_auto_unroll_max_step", params["auto_unroll_max_step"])
+        sch.annotate(bz, "pragma_unroll_explicit", params["unroll_explicit"])
+        sch.decompose_reduction(block, outer[0])
+
+    @staticmethod
+    def _schedule_cpu(sch: Any, block: Any, loops: tuple[Any, ...], params: dict[str, Any]) -> None:
+        n, f, y, x, rc, ry, rx = loops
+        f0, f1 = sch.split(f, params["tile_f"])
+        y0, y1 = sch.split(y, params["tile_y"])
+        x0, x1 = sch.split(x, params["tile_x"])
+        rc0, rc1 = sch.split(rc, params["tile_rc"])
+        outer = [{"rc": rc0, "ry": ry, "rx": rx}[name] for name in params["reduce_order"]]
+        sch.reorder(n, f0, y0, x0, *outer, rc1, f1, y1, x1)
+        fused = sch.fuse(n, f0, y0)
+        sch.parallel(fused)
+        sch.vectorize(x1)
+        sch.annotate(fused, "pragma_auto_unroll_max_step", params["auto_unroll_max_step"])
+        sch.decompose_reduction(block, outer[0])
+
+    def reference(self, workload: Workload, inputs: list[np.ndarray], index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        s = workload.shape
+        data, kernel = inputs
+        p, stride = s["padding"], s["stride"]
+        n, f, y, x = (index[:, i][:, None, None, None] for i in range(4))
+        c = np.arange(s["in_channels"])[None, :, None, None]
+        ry = np.arange(s["kernel_h"])[None, None, :, None]
+        rx = np.arange(s["kernel_w"])[None, None, None, :]
+        iy, ix = y * stride + ry - p, x * stride + rx - p  # positions in the unpadded input
+        inside = (iy >= 0) & (iy < s["height"]) & (ix >= 0) & (ix < s["width"])
+        window = data[n, c, np.clip(iy, 0, s["height"] - 1), np.clip(ix, 0, s["width"] - 1)].astype(np.float64)
+        products = np.where(inside, window, 0.0) * kernel[f[:, 0, 0, 0]].astype(np.float64)
+        axes = (1, 2, 3)
+        return products.sum(axis=axes), np.abs(products).sum(axis=axes)

@@ -1,0 +1,93 @@
+"""The child process that builds, checks and times one kernel (``python -m trial_code.worker``).
+
+It reads its job as JSON on stdin and writes one JSON event per line to its original stdout
+(``built``, ``measuring``, then ``done`` or ``failed``); everything TVM or the compilers print
+goes to stderr instead, so it cannot corrupt the events. The parent (``evaluate``) enforces the
+build and run time limits from those events and kills this process when one is exceeded,
+which a build stuck in the compiler or a kernel that never returns cannot do for itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+EVENTS = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)  # stray prints from TVM, nvcc or LLVM go to stderr
+
+DEVICE_COMPILE_MARKERS = ("nvrtc", "nvcc", "ptxas", "cuda_error", "cuModuleLoad", "CUDA_ERROR")
+
+
+def emit(event: str, **fields: Any) -> None:
+    EVENTS.write(json.dumps({"event": event, **fields}) + "\n")
+
+
+def fail(status: str, exc: BaseException) -> None:
+    traceback.print_exc(file=sys.stderr)
+    text = str(exc)
+    # TVM schedule errors print the whole TIR first; the reason follows "Error message:".
+    if "Error message:" in text:
+        text = text[text.rindex("Error message:") + len("Error message:"):]
+    message = f"{type(exc).__name__}: {text.strip()}"
+    emit("failed", status=status, error=message[-2000:])
+
+
+def run(job: dict[str, Any]) -> None:
+    # Imported here, after the stdout redirect, so TVM's own output never reaches the events.
+    from . import kernel, measure
+    from .device_lock import exclusive
+    from .targets import Target
+    from .workloads import Workload
+
+    workload = Workload.from_json(job["workload"])
+    target = Target.from_json(job["target"])
+    params = job["params"]
+    try:
+        module = kernel.scheduled(workload, params, target)
+    except Exception as exc:  # a schedule primitive refused the configuration
+        return fail("INSTANTIATION_ERROR", exc)
+    start = time.perf_counter()
+    try:
+        executable = kernel.build(module, target)
+        if target.kind == "cuda" and not target.has_device:
+            kernel.compile_cuda_binary(executable, target)
+    except Exception as exc:
+        device_side = any(marker in str(exc) for marker in DEVICE_COMPILE_MARKERS)
+        return fail("COMPILE_DEVICE" if device_side else "COMPILE_HOST", exc)
+    emit("built", build_s=time.perf_counter() - start)
+    if job.get("build_only"):
+        return emit("done", status="NO_ERROR", latency_s=None, repeats_s=[])
+    with exclusive(target.device):
+        emit("measuring")
+        device = measure.device_of(target)
+        try:
+            function = executable["main"]
+            host, args = measure.arguments(workload, device, job["seed"])
+        except Exception as exc:  # loading the module onto the device
+            return fail("COMPILE_DEVICE", exc)
+        try:
+            measure.verify(workload, function, host, args, device, job["seed"])
+        except measure.WrongAnswer as exc:
+            return fail("WRONG_ANSWER", exc)
+        except Exception as exc:
+            return fail("RUNTIME_DEVICE", exc)
+        try:
+            timing = measure.time_kernel(executable.mod, args, device, job["repeat"], job["min_repeat_ms"])
+        except Exception as exc:
+            return fail("RUNTIME_DEVICE", exc)
+    emit("done", status="NO_ERROR", latency_s=timing.latency_s, repeats_s=timing.repeats_s)
+
+
+def main() -> None:
+    job = json.loads(sys.stdin.read())
+    try:
+        run(job)
+    except Exception as exc:
+        fail("UNKNOWN_ERROR", exc)
+
+
+if __name__ == "__main__":
+    main()
