@@ -13,5 +13,8 @@ setup(
     install_requires=["nni==3.0", "numpy", "scipy", "setuptools<82"],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6"],
+        # The trial code (trial_code/, run from this checkout by NNI) builds kernels with TVM;
+        # apache-tvm-ffi 0.1.15.post2 segfaults in save_json / MetaSchedule, so it is pinned.
+        "tvm": ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1"],
     },
 )

@@ -92,3 +92,25 @@ def test_bad_input_fails_the_experiment_with_a_clear_error(workdir, space, class
         assert status["status"] == "ERROR"
         assert message in json.dumps(status["errors"]) + exp.dispatcher_log()
         assert exp.parameters() == {}
+
+
+def test_cpu_quickstart_experiment_measures_real_kernels(workdir):
+    """The README's CPU quickstart, as shipped, under a real nnictl with TVM trials."""
+    import yaml
+
+    repo = HERE.parent
+    cfg = yaml.safe_load((repo / "experiments/quickstart/opevo.yml").read_text())
+    cfg["searchSpaceFile"] = str(repo / "experiments/quickstart" / cfg["searchSpaceFile"])
+    cfg["trialCodeDirectory"] = cfg["tuner"]["codeDirectory"] = str(repo)
+    cfg["trialCommand"] = cfg["trialCommand"].replace("python3", sys.executable, 1)
+    trials = cfg["maxTrialNumber"]
+    with Experiment(workdir, cfg) as exp:
+        status = exp.wait(timeout=900)
+        assert status["status"] in ("DONE", "NO_MORE_TRIAL"), status
+        results = exp.results()
+    assert len(results) == trials, "every trial reports, failures included"
+    assert all(set(r) == {"default", "latency_ms", "status", "build_s", "error"} for r in results.values())
+    feasible = [r for r in results.values() if r["status"] != "INSTANTIATION_ERROR"]
+    measured = [r for r in feasible if r["default"] > 0 and r["status"] == "NO_ERROR"]
+    assert len(feasible) >= trials // 2
+    assert len(measured) >= 0.9 * len(feasible), [r for r in feasible if r not in measured]

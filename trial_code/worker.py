@@ -29,8 +29,10 @@ def fail(status: str, exc: BaseException) -> None:
     traceback.print_exc(file=sys.stderr)
     text = str(exc)
     # TVM schedule errors print the whole TIR first; the reason follows "Error message:".
-    if "Error message:" in text:
-        text = text[text.rindex("Error message:") + len("Error message:"):]
+    # CUDA compile errors print the whole source first; nvcc's words follow "Compilation error:".
+    for marker in ("Error message:", "Compilation error:"):
+        if marker in text:
+            text = text[text.rindex(marker) + len(marker):]
     message = f"{type(exc).__name__}: {text.strip()}"
     emit("failed", status=status, error=message[-2000:])
 

@@ -1,0 +1,273 @@
+"""Trial code on real TVM kernels: CUDA generated and compiled to cubin by nvcc, CPU kernels
+built, run and checked against NumPy, and every failure status from a matching bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from feasible import feasible
+from trial_code import kernel, measure, targets, workloads
+from trial_code.evaluate import Limits, evaluate
+from trial_code.status import Status
+from trial_code.templates import Infeasible, for_workload
+from trial_code.trial import parse, run
+
+ROOT = Path(__file__).parent.parent
+CPU = targets.cpu()
+CUDA = targets.Target("cuda", device="cuda-none", has_device=False, **targets.H100)
+SMALL = [
+    workloads.lookup("MM_small"),
+    *(workloads.make("batch_matmul", name=f"BMM_{layout}", batch=4, n=48, k=32, m=40, layout=layout)
+      for layout in workloads.GEMM_LAYOUTS),
+    workloads.lookup("C_small"),
+    workloads.make("conv2d", name="conv_s2", batch=2, in_channels=5, height=17, width=15, out_channels=12,
+                   kernel_h=3, kernel_w=5, stride=2, padding=2),
+]
+CUDA_WORKLOADS = SMALL + [workloads.lookup(name) for name in ("MM1", "BMM2", "C1", "C2")]
+
+
+@pytest.mark.parametrize("workload", CUDA_WORKLOADS, ids=lambda w: w.name)
+def test_cuda_kernel_generates_and_compiles_to_cubin(workload):
+    params = feasible(workload, CUDA, seed=1)
+    executable = kernel.build(kernel.scheduled(workload, params, CUDA), CUDA)
+    source = kernel.source(executable, CUDA)
+    assert '__global__' in source and "__shared__" in source
+    cubin = kernel.compile_cuda_binary(executable, CUDA)
+    assert cubin[:4] == b"\x7fELF"  # a CUDA binary for sm_90a
+
+
+def test_cuda_shared_memory_matches_the_static_estimate():
+    """The static check's shared-memory figure is what the generated kernel declares, so
+    feasibility is decided right without building."""
+    import re
+
+    for workload in (workloads.lookup("C2"), workloads.lookup("MM1")):
+        params = feasible(workload, CUDA, seed=5)
+        source = kernel.source(kernel.build(kernel.scheduled(workload, params, CUDA), CUDA), CUDA)
+        declared = 4 * sum(int(n) for n in re.findall(r"__shared__ [^;]*float \w+\[(\d+)\];", source))
+        s = workload.shape
+        if workload.family == "conv2d":
+            f, y, x, rc, ry, rx = (params[k] for k in ("tile_f", "tile_y", "tile_x", "tile_rc", "tile_ry", "tile_rx"))
+            in_h = (y[1] * y[2] * y[3] - 1) * s["stride"] + ry[1]
+            in_w = (x[1] * x[2] * x[3] - 1) * s["stride"] + rx[1]
+            expected = 4 * rc[1] * (in_h * in_w + f[1] * f[2] * f[3] * ry[1] * rx[1])
+        else:
+            n, m, k = params["tile_n"], params["tile_m"], params["tile_k"]
+            expected = 4 * (n[1] * n[2] * n[3] + m[1] * m[2] * m[3]) * k[1] * k[2]
+        assert declared == expected
+
+
+@pytest.mark.parametrize("workload", SMALL, ids=lambda w: w.name)
+def test_cpu_kernel_matches_numpy_on_every_output(workload):
+    template = for_workload(workload)
+    for seed in (0, 1):
+        params = feasible(workload, CPU, seed=seed)
+        function = kernel.build(kernel.scheduled(workload, params, CPU), CPU)["main"]
+        device = measure.device_of(CPU)
+        host, args = measure.arguments(workload, device, seed=3)
+        function(*args)
+        out = args[-1].numpy()
+        index = np.stack(np.unravel_index(np.arange(out.size), out.shape), axis=1)
+        expected, _ = template.reference(workload, host, index)
+        np.testing.assert_allclose(out.reshape(-1), expected, rtol=1e-4, atol=1e-4)
+        assert _numpy_full(workload, host).reshape(-1) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def _numpy_full(workload, host):
+    """An independent float64 NumPy result, to check the sampled reference itself."""
+    s = workload.shape
+    if workload.family == "conv2d":
+        data, kernel_ = (x.astype(np.float64) for x in host)
+        p, st = s["padding"], s["stride"]
+        padded = np.pad(data, ((0, 0), (0, 0), (p, p), (p, p)))
+        oh, ow = workloads.conv2d_output_hw(s)
+        out = np.zeros((s["batch"], s["out_channels"], oh, ow))
+        for ry in range(s["kernel_h"]):
+            for rx in range(s["kernel_w"]):
+                window = padded[:, :, ry:ry + st * oh:st, rx:rx + st * ow:st]
+                out += np.einsum("nchw,fc->nfhw", window, kernel_[:, :, ry, rx])
+        return out
+    a, b = (x.astype(np.float64) for x in host)
+    if s["layout"][0] == "T":
+        a = np.swapaxes(a, -1, -2)
+    if s["layout"][1] == "T":
+        b = np.swapaxes(b, -1, -2)
+    return a @ b
+
+
+@pytest.mark.parametrize("workload", SMALL, ids=lambda w: w.name)
+def test_cpu_trial_reports_tflops(workload):
+    result = evaluate(workload, feasible(workload, CPU, seed=2), CPU, Limits(min_repeat_ms=5))
+    assert result.status is Status.NO_ERROR, result.error
+    assert result.tflops > 0 and result.latency_ms > 0 and result.build_s > 0
+    report = result.report()
+    assert set(report) == {"default", "latency_ms", "status", "build_s", "error"}
+    assert json.loads(json.dumps(report)) == report
+
+
+# ------------------------------------------------------------------ failure statuses
+
+
+def test_statically_infeasible_config_is_rejected_without_building():
+    workload = workloads.lookup("MM1")
+    params = {"tile_n": [1, 1, 64, 8], "tile_m": [1, 1, 32, 32], "tile_k": [1024, 1, 1], "inner_order": ["k", "n", "m"]}
+    start = time.perf_counter()
+    result = evaluate(workload, params, CUDA)
+    assert result.status is Status.INSTANTIATION_ERROR and result.build_s is None
+    assert "threads per block 2048 exceeds the limit 1024" in result.error
+    assert time.perf_counter() - start < 1.0  # no worker, no TVM
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"tile_n": [2, 2, 32], "tile_m": [1, 16, 16], "tile_k": [64, 4], "block_order": ["k", "n", "m"]},
+     "'tile_n' = [2, 2, 32] must multiply to 256, not 128"),
+    ({"tile_n": [4, 4, 16], "tile_m": [1, 1, 256], "tile_k": [64, 4], "block_order": ["k", "n", "m"]},
+     "vector length (last of 'tile_m') 256 exceeds the limit 64"),
+    ({"tile_n": [4, 4, 16], "tile_m": [1, 16, 16], "tile_k": [64, 4], "block_order": ["k", "n"]},
+     "'block_order' must be a permutation"),
+    ({"tile_n": [4, 4, 16], "tile_m": [1, 16, 16], "block_order": ["k", "n", "m"]}, "'tile_k' must be a list of 2"),
+])
+def test_bad_parameters_name_the_parameter(params, message):
+    result = evaluate(workloads.lookup("MM_small"), params, CPU)
+    assert result.status is Status.INSTANTIATION_ERROR and message in result.error
+
+
+def test_build_timeout_kills_the_build():
+    workload = workloads.lookup("C_small")
+    result = evaluate(workload, feasible(workload, CPU), CPU, Limits(build_timeout=0.3))
+    assert result.status is Status.BUILD_TIMEOUT and "0.3 s" in result.error
+
+
+def test_run_timeout_kills_a_kernel_that_runs_too_long():
+    # Each timing repeat must last 60 s: far beyond the 3 s run limit.
+    workload = workloads.lookup("MM_small")
+    result = evaluate(workload, feasible(workload, CPU), CPU, Limits(run_timeout=3, min_repeat_ms=60_000))
+    assert result.status is Status.RUN_TIMEOUT and result.build_s is not None
+
+
+def test_cuda_trial_without_a_gpu_reports_runtime_device():
+    workload = workloads.lookup("MM_small")
+    result = evaluate(workload, feasible(workload, CUDA), CUDA)
+    assert result.status is Status.RUNTIME_DEVICE and "no CUDA device" in result.error
+
+
+def _cuda_for(arch: str) -> targets.Target:
+    return targets.Target("cuda", arch=arch, max_threads_per_block=1024, max_shared_memory_per_block=49152,
+                          device="cuda-none", has_device=False)
+
+
+def test_target_tvm_cannot_generate_for_is_compile_host():
+    workload = workloads.lookup("MM_small")
+    result = evaluate(workload, feasible(workload, CUDA), _cuda_for("sm_1"), build_only=True)
+    assert result.status is Status.COMPILE_HOST and "sm_1" in result.error
+
+
+def test_cuda_code_nvcc_rejects_is_compile_device():
+    # TVM generates CUDA C for sm_20; no nvcc of the last decade compiles for it.
+    workload = workloads.lookup("MM_small")
+    result = evaluate(workload, feasible(workload, CUDA), _cuda_for("sm_20"), build_only=True)
+    assert result.status is Status.COMPILE_DEVICE and "nvcc fatal" in result.error
+    assert "__global__" not in result.error  # the reason, not the whole source
+
+
+def test_wrong_output_is_wrong_answer():
+    """A real kernel that computes A^T B is checked as A B: the square shapes make the call valid."""
+    wrong = workloads.make("batch_matmul", batch=2, n=32, k=32, m=32, layout="TN")
+    right = workloads.make("batch_matmul", batch=2, n=32, k=32, m=32, layout="NN")
+    function = kernel.build(kernel.scheduled(wrong, feasible(wrong, CPU), CPU), CPU)["main"]
+    device = measure.device_of(CPU)
+    host, args = measure.arguments(right, device, seed=0)
+    with pytest.raises(measure.WrongAnswer, match="reference"):
+        measure.verify(right, function, host, args, device, seed=0)
+
+
+def test_unwritten_output_is_wrong_answer():
+    """The NaN poison catches outputs the kernel never writes, wherever they are."""
+    small = workloads.make("matmul", n=16, k=8, m=16)
+    function = kernel.build(kernel.scheduled(small, feasible(small, CPU), CPU), CPU)["main"]
+    device = measure.device_of(CPU)
+    host, args = measure.arguments(small, device, seed=0)
+    partial = lambda a, b, c: (function(a, b, c), c.copyfrom(np.where(np.eye(16) > 0, np.nan, c.numpy()).astype("float32")))
+    with pytest.raises(measure.WrongAnswer, match="16 of 256 output elements were not written"):
+        measure.verify(small, partial, host, args, device, seed=0)
+
+
+def test_our_own_failure_is_reported_as_unknown_error():
+    args = parse(["--workload", "NO_SUCH", "--target", "cpu"])
+    result = run(args, {})
+    assert result.status is Status.UNKNOWN_ERROR and "unknown workload 'NO_SUCH'" in result.error
+
+
+def test_standalone_trial_prints_its_report():
+    workload = workloads.lookup("MM_small")
+    out = subprocess.run([sys.executable, "-m", "trial_code.trial", "--workload", "MM_small", "--target", "cpu",
+                          "--params", json.dumps(feasible(workload, CPU))], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, check=True)
+    report = json.loads(out.stdout)
+    assert report["status"] == "NO_ERROR" and report["default"] > 0
+
+
+# ------------------------------------------------------------------ spaces, targets, packaging
+
+
+def test_every_named_workload_has_a_parseable_space_with_feasible_points():
+    from nni_opevo import SearchSpace
+
+    for workload in workloads.NAMED.values():
+        for target in (CUDA, CPU):
+            space = for_workload(workload).space(workload, target.kind)
+            SearchSpace(space)
+            label = "cuda" if target.kind == "cuda" else "cpu"
+            path = ROOT / "search_spaces" / f"{workload.name}.{label}.json"
+            assert json.loads(path.read_text()) == space, f"{path} is stale: run python -m trial_code.make_spaces"
+            feasible(workload, target)
+
+
+def test_make_spaces_for_a_custom_shape(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "trial_code.make_spaces", "--family", "batch_matmul", "--name",
+                          "pytest_custom", "--shape", "batch=3", "n=12", "m=20", "k=8", "layout=NT"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    written = out.stdout.split()
+    try:
+        assert "search_spaces/pytest_custom.cuda.json" in written and "experiments/pytest_custom/opevo.yml" in written
+        space = json.loads((ROOT / "search_spaces/pytest_custom.cuda.json").read_text())
+        assert space["tile_b"]["_value"] == [3, 2] and space["tile_k"]["_value"] == [8, 3]
+        config = (ROOT / "experiments/pytest_custom/opevo.yml").read_text()
+        assert "--family batch_matmul --name pytest_custom --shape batch=3 layout=NT n=12 m=20 k=8" in config \
+            or "--shape batch=3 n=12 m=20 k=8 layout=NT" in config
+    finally:
+        for path in written:
+            (ROOT / path).unlink(missing_ok=True)
+        (ROOT / "experiments/pytest_custom").rmdir()
+
+
+def test_bad_workload_shapes_are_clear_errors():
+    with pytest.raises(ValueError, match="shape 'n' must be a positive int"):
+        workloads.make("matmul", n=0, m=4, k=4)
+    with pytest.raises(ValueError, match="layout must be one of"):
+        workloads.make("batch_matmul", n=4, m=4, k=4, layout="TT")
+    with pytest.raises(ValueError, match="kernel does not fit"):
+        workloads.make("conv2d", in_channels=1, height=2, width=2, out_channels=1, kernel_h=5)
+
+
+def test_target_auto_is_cpu_without_a_gpu_and_names_the_lock():
+    assert targets.resolve("auto") == CPU if targets.cuda().has_device is False else True
+    assert targets.resolve("cuda").kind == "cuda"
+    with pytest.raises(ValueError, match="target must be auto, cpu or cuda"):
+        targets.resolve("tpu")
+
+
+def test_tuner_package_never_imports_tvm():
+    code = "import sys, nni_opevo, nni_opevo.dispatch, nni_opevo.synthetic; assert 'tvm' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_trial_parent_process_does_not_import_tvm():
+    code = ("import sys; from trial_code import evaluate, trial, make_spaces; assert 'tvm' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
