@@ -1,23 +1,22 @@
 """A real NNI experiment on loopback, driven through ``nnictl`` and NNI's REST API.
 
-Results are read by the parameter id of each FINAL metric: NNI 3.0 may attach
-hyper-parameters to the wrong trial job in its listings (microsoft/nni#5726), but the
-metric's parameter id is the one the trial really ran.
+Reads results through ``trial_code.experiment_client``, which matches them to configurations
+by parameter id (NNI 3.0's job listings mismatch them: microsoft/nni#5726).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from trial_code.experiment_client import ExperimentClient
 
 NNICTL = [sys.executable, "-m", "nni.tools.nnictl.nnictl"]
 
@@ -32,6 +31,7 @@ class Experiment:
     def __init__(self, workdir: Path, config: dict[str, Any], env: dict[str, str] | None = None) -> None:
         self.workdir = workdir
         self.port = free_port()
+        self.client = ExperimentClient(self.port)
         self.env = {**os.environ, **(env or {})}
         config = {"experimentWorkingDirectory": str(workdir / "nni"), **config}
         self.config_path = workdir / "config.yml"
@@ -68,8 +68,7 @@ class Experiment:
             self.nnictl("stop", self.id)
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v1/nni/{path}", timeout=10) as r:
-            return json.load(r)
+        return self.client.get(path)
 
     def wait(self, timeout: float = 300) -> dict[str, Any]:
         """Poll until the experiment stops running; returns the final check-status.
@@ -96,24 +95,13 @@ class Experiment:
         self.wait(timeout)
 
     def running_trials(self) -> int:
-        return sum(t["status"] in ("WAITING", "RUNNING") for t in self.get("trial-jobs"))
+        return self.client.running_trials()
 
     def parameters(self) -> dict[int, dict[str, Any]]:
-        """parameter id -> the parameters the tuner generated for it."""
-        out = {}
-        for trial in self.get("trial-jobs"):
-            for hp in trial.get("hyperParameters", []):
-                hp = json.loads(hp)
-                out[int(hp["parameter_id"])] = hp["parameters"]
-        return out
+        return self.client.parameters()
 
     def results(self) -> dict[int, Any]:
-        """parameter id -> the final result its trial reported."""
-        out = {}
-        for metric in self.get("metric-data"):
-            if metric["type"] == "FINAL":
-                out[int(metric["parameterId"])] = json.loads(json.loads(metric["data"]))
-        return out
+        return self.client.results()
 
     def dispatcher_log(self) -> str:
         path = self.workdir / "nni" / str(self.id) / "log" / "dispatcher.log"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -117,11 +116,9 @@ def test_cpu_trial_reports_tflops(workload):
 def test_statically_infeasible_config_is_rejected_without_building():
     workload = workloads.lookup("MM1")
     params = {"tile_n": [1, 1, 64, 8], "tile_m": [1, 1, 32, 32], "tile_k": [1024, 1, 1], "inner_order": ["k", "n", "m"]}
-    start = time.perf_counter()
     result = evaluate(workload, params, CUDA)
-    assert result.status is Status.INSTANTIATION_ERROR and result.build_s is None
+    assert result.status is Status.INSTANTIATION_ERROR and result.build_s is None  # no worker was started
     assert "threads per block 2048 exceeds the limit 1024" in result.error
-    assert time.perf_counter() - start < 1.0  # no worker, no TVM
 
 
 @pytest.mark.parametrize("params, message", [
