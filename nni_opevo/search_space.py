@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .parameters import ChoiceParameter, Parameter, SpaceError, Value, parse_parameter
+from .parameters import ChoiceParameter, Parameter, SpaceError, parse_parameter
 
 Key = tuple  # e.g. ("tile_x",) or ("model", 1, "depth"): name path with option indices, as NNI keys them
 Config = dict  # Key -> internal value, active parameters only

@@ -6,19 +6,15 @@ by parameter id (NNI 3.0's job listings mismatch them: microsoft/nni#5726).
 from __future__ import annotations
 
 import os
-import re
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from trial_code.experiment_client import ExperimentClient
-
-NNICTL = [sys.executable, "-m", "nni.tools.nnictl.nnictl"]
+from trial_code.experiment_client import NNICTL, ExperimentClient, created_id
 
 
 def free_port() -> int:
@@ -44,9 +40,8 @@ class Experiment:
 
     def __enter__(self) -> Experiment:
         out = self.nnictl("create", "--config", str(self.config_path), "--port", str(self.port))
-        found = re.search(r"nnictl stop (\w+)", out)
-        assert found, f"nnictl create failed:\n{out}"
-        self.id = found.group(1)
+        self.id = created_id(out)
+        assert self.id, f"nnictl create failed:\n{out}"
         return self
 
     def resume(self) -> None:
@@ -71,16 +66,11 @@ class Experiment:
         return self.client.get(path)
 
     def wait(self, timeout: float = 300) -> dict[str, Any]:
-        """Poll until the experiment stops running; returns the final check-status.
-
-        An experiment whose tuner ran out of configurations stays in TUNER_NO_MORE_TRIAL for
-        good in NNI 3.0 (it never turns DONE): finished once no trial is left running."""
+        """Poll until the experiment has ended (``ExperimentClient.ended``); returns the final check-status."""
         deadline = time.time() + timeout
         while time.time() < deadline:
-            status = self.get("check-status")
-            if status["status"] in ("DONE", "ERROR", "STOPPED"):
-                return status
-            if status["status"] in ("NO_MORE_TRIAL", "TUNER_NO_MORE_TRIAL") and not self.running_trials():
+            status = self.client.status()
+            if self.client.ended(status):
                 return status
             time.sleep(1)
         raise TimeoutError(f"experiment {self.id} still running after {timeout} s: {self.get('check-status')}")

@@ -14,7 +14,7 @@ from feasible import feasible
 from trial_code import kernel, measure, targets, workloads
 from trial_code.evaluate import Limits, evaluate
 from trial_code.status import Status
-from trial_code.templates import Infeasible, for_workload
+from trial_code.templates import for_workload
 from trial_code.trial import parse, run
 
 ROOT = Path(__file__).parent.parent

@@ -19,12 +19,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from . import REPO_ROOT
 from .status import Status
 from .targets import Target
 from .templates import Infeasible, for_workload
 from .workloads import Workload
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass

@@ -7,8 +7,20 @@ metric's parameter id, and the id inside each hyper-parameter record, are the on
 from __future__ import annotations
 
 import json
+import re
+import sys
 import urllib.request
 from typing import Any
+
+NNICTL = [sys.executable, "-m", "nni.tools.nnictl.nnictl"]
+ENDED = ("DONE", "ERROR", "STOPPED")
+NO_MORE = ("NO_MORE_TRIAL", "TUNER_NO_MORE_TRIAL")
+
+
+def created_id(nnictl_create_output: str) -> str | None:
+    """The experiment id ``nnictl create`` printed, or None when it failed."""
+    found = re.search(r"nnictl stop (\w+)", nnictl_create_output)
+    return found.group(1) if found else None
 
 
 class ExperimentClient:
@@ -24,6 +36,12 @@ class ExperimentClient:
 
     def running_trials(self) -> int:
         return sum(t["status"] in ("WAITING", "RUNNING") for t in self.get("trial-jobs"))
+
+    def ended(self, status: dict[str, Any]) -> bool:
+        """Whether an experiment with this check-status has finished. An experiment whose tuner
+        ran out of configurations stays in TUNER_NO_MORE_TRIAL for good in NNI 3.0 (it never
+        turns DONE): it has finished once no trial is left running."""
+        return status["status"] in ENDED or (status["status"] in NO_MORE and not self.running_trials())
 
     def parameters(self) -> dict[int, dict[str, Any]]:
         """parameter id -> the parameters the tuner generated for it."""

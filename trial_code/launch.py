@@ -13,18 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
-import sys
 import time
 from collections import Counter
 
-from . import targets
-from .experiment_client import ExperimentClient
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NNICTL = [sys.executable, "-m", "nni.tools.nnictl.nnictl"]
-ENDED = ("DONE", "ERROR", "STOPPED")
+from . import REPO_ROOT, targets
+from .experiment_client import NNICTL, ExperimentClient, created_id
 
 
 def default_config() -> str:
@@ -36,14 +30,14 @@ def default_config() -> str:
 def start(config: str, port: int) -> str:
     """``nnictl create``; returns the experiment id."""
     out = subprocess.run([*NNICTL, "create", "--config", config, "--port", str(port)], capture_output=True, text=True)
-    found = re.search(r"nnictl stop (\w+)", out.stdout + out.stderr)
-    if not found:
+    experiment_id = created_id(out.stdout + out.stderr)
+    if experiment_id is None:
         raise SystemExit(f"nnictl create failed:\n{out.stdout}{out.stderr}")
-    return found.group(1)
+    return experiment_id
 
 
 def follow(client: ExperimentClient, every: float) -> dict:
-    """Print progress until the experiment ends (an exhausted tuner never says DONE in NNI 3.0)."""
+    """Print progress until the experiment ends."""
     while True:
         status = client.status()
         results = client.results()
@@ -51,8 +45,7 @@ def follow(client: ExperimentClient, every: float) -> dict:
         best = max((r.get("default", 0) for r in results.values() if isinstance(r, dict)), default=0.0)
         print(f"{time.strftime('%H:%M:%S')} {status['status']:<20} {len(results):>4} trials reported, best "
               f"{best:.4f} TFLOPS  ({', '.join(f'{k} {v}' for k, v in counts.most_common())})", flush=True)
-        if status["status"] in ENDED or (status["status"] in ("NO_MORE_TRIAL", "TUNER_NO_MORE_TRIAL")
-                                          and not client.running_trials()):
+        if client.ended(status):
             return status
         time.sleep(every)
 

@@ -18,12 +18,11 @@ from typing import Any
 
 import yaml
 
-from . import workloads
+from . import REPO_ROOT, workloads
 from .cli import add_workload_options, workload_from
 from .templates import for_workload
 from .workloads import Workload
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # className tuners need a codeDirectory in NNI 3.0; the checkout root also finds an uninstalled nni_opevo.
 OPEVO = {"className": "nni_opevo.OpEvoTuner", "codeDirectory": "../..",
          "classArgs": {"optimize_mode": "maximize", "parents_size": 8, "offspring_size": 8, "mutate_rate": 0.5}}

@@ -7,6 +7,7 @@ checks, so infeasible configurations are rejected in milliseconds, before any bu
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -78,17 +79,9 @@ def _physical_id() -> str:
     return visible or "0"
 
 
-_GPU_CACHE: list[dict[str, Any] | None] = []
-
-
+@functools.cache
 def _visible_gpu() -> dict[str, Any] | None:
     """Limits of CUDA device 0 as the driver reports them, or None without a driver or GPU."""
-    if not _GPU_CACHE:
-        _GPU_CACHE.append(_query_driver())
-    return _GPU_CACHE[0]
-
-
-def _query_driver() -> dict[str, Any] | None:
     try:
         cuda_lib = ctypes.CDLL("libcuda.so.1")
     except OSError:
