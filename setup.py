@@ -1,4 +1,4 @@
-"""nni-opevo: the OpEvo tuner for NNI, with TVM trial code for tensor operators."""
+"""nni-opevo: the OpEvo tuner and its peers for NNI, with TVM trial code for tensor operators."""
 from setuptools import find_packages, setup
 
 setup(
@@ -12,7 +12,11 @@ setup(
     package_data={"nni_opevo": ["registration.yml"]},
     install_requires=["nni==3.0", "numpy", "scipy", "setuptools<82"],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6"],
+        # The AutoTVM peer's cost model; the CPU-only wheel (5 MB) is enough, and a plain
+        # `xgboost` install (same import) works as well.
+        "xgboost": ["xgboost-cpu>=2.1"],
+        # The tests also run NNI's Anneal through ChoiceView, which needs hyperopt.
+        "test": ["pytest>=8", "hypothesis>=6", "xgboost-cpu>=2.1", "hyperopt>=0.2.7"],
         # The trial code (trial_code/, run from this checkout by NNI) builds kernels with TVM;
         # apache-tvm-ffi 0.1.15.post2 segfaults in save_json / MetaSchedule, so it is pinned.
         "tvm": ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1"],

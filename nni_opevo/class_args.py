@@ -49,3 +49,16 @@ def reject_unknown(known: set[str], given: dict[str, Any]) -> None:
     unknown = sorted(set(given) - known)
     if unknown:
         raise ValueError(f"classArg '{unknown[0]}' is not known; known classArgs: {', '.join(sorted(known))}")
+
+
+def unit(name: str, value: Any) -> float:
+    """A probability in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= 1:
+        raise _fail(name, "must be a number between 0 and 1", value)
+    return float(value)
+
+
+def positive_real(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
+        raise _fail(name, "must be a number > 0", value)
+    return float(value)

@@ -4,7 +4,8 @@
 ``generate_multiple_parameters`` for ``trialConcurrency`` ids, and, each time a trial
 finishes, ``receive_trial_result`` (when it reported), ``trial_end``, and
 ``generate_multiple_parameters`` for one new id. A shorter list than requested means "no
-more trials": the experiment then drains and stops. This module replays that protocol
+more trials": NNI stops asking, though a tuner may still send trials through the
+``st_callback`` it was given (NNI's Evolution does). This module replays that protocol
 with simulated trial durations, so tuners can be compared quickly and reproducibly on
 objectives that need no GPU (tests, synthetic and recorded benchmarks).
 """
@@ -54,6 +55,17 @@ def drive(
     clock = 0.0
     next_id = 0
 
+    sent_later: list[tuple[int, dict[str, Any]]] = []
+
+    def send(parameter_id: int, parameters: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        """NNI's ``st_callback``: a trial a tuner sends outside a request (NNI's Evolution does)."""
+        sent_later.append((parameter_id, parameters))
+
+    def start(parameter_id: int, parameters: dict[str, Any], spent: float) -> None:
+        trial = Trial(len(run.trials), parameter_id, parameters, tuner_seconds=spent)
+        run.trials.append(trial)
+        heapq.heappush(running, (clock + float(rng.exponential(1.0)), trial.index))
+
     def request(n: int) -> None:
         nonlocal next_id
         n = min(n, max_trials - len(run.trials))
@@ -61,17 +73,20 @@ def drive(
             return
         ids = list(range(next_id, next_id + n))
         next_id += n
-        start = time.perf_counter()
-        params_list = tuner.generate_multiple_parameters(ids)
-        spent = (time.perf_counter() - start) / max(1, len(params_list))
+        begin = time.perf_counter()
+        params_list = tuner.generate_multiple_parameters(ids, st_callback=send)
+        spent = (time.perf_counter() - begin) / max(1, len(params_list))
         for pid, params in zip(ids, params_list):
-            trial = Trial(len(run.trials), pid, params, tuner_seconds=spent)
-            run.trials.append(trial)
-            heapq.heappush(running, (clock + float(rng.exponential(1.0)), trial.index))
+            start(pid, params, spent)
         if len(params_list) < n:
             run.exhausted = True
 
+    def start_sent() -> None:
+        while sent_later and len(run.trials) < max_trials:
+            start(*sent_later.pop(0), 0.0)
+
     request(concurrency)
+    start_sent()
     finished = 0
     while running:
         clock, index = heapq.heappop(running)
@@ -82,5 +97,7 @@ def drive(
         if trial.result is not None:
             tuner.receive_trial_result(trial.parameter_id, trial.parameters, trial.result)
         tuner.trial_end(trial.parameter_id, trial.result is not None)
+        start_sent()
         request(1)
+        start_sent()
     return run

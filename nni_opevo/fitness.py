@@ -21,6 +21,8 @@ import math
 import numbers
 from typing import Any, Literal
 
+import numpy as np
+
 OptimizeMode = Literal["maximize", "minimize"]
 
 
@@ -54,10 +56,15 @@ class Fitness:
         return v if self.mode == "maximize" else -v
 
     def weight(self, v: float | None) -> float:
-        if v is None:
-            return 0.0
-        if self.mode == "maximize":
-            return v - min(0.0, self.v_min)
-        if self.v_min > 0:
-            return 1.0 / v
-        return self.v_max - v
+        return float(self.weights(np.array([np.nan if v is None else v]))[0])
+
+    def weights(self, values: np.ndarray) -> np.ndarray:
+        """``weight`` of many objectives at once; NaN stands for a failure."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if self.mode == "maximize":
+                w = values - min(0.0, self.v_min)
+            elif self.v_min > 0:
+                w = 1.0 / values
+            else:
+                w = self.v_max - values
+        return np.where(np.isnan(values), 0.0, w)

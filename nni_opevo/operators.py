@@ -93,3 +93,25 @@ def nearest_unseen(
             return found[int(rng.integers(len(found)))]
         frontier = ring
     return None
+
+
+REDRAWS = 32
+
+
+def redraw(param: Parameter, value: Value, rng: np.random.Generator) -> Value:
+    """A value drawn from the parameter's prior other than ``value`` (uniform mutation, and the
+    random walk of AutoTVM's annealing); ``value`` itself when no other comes up in ``REDRAWS``
+    draws (a set of one, or a prior concentrated on it)."""
+    for _ in range(REDRAWS):
+        other = param.sample(rng)
+        if other != value:
+            return other
+    return value
+
+
+def redraw_one(space: SearchSpace, config: Config, rng: np.random.Generator) -> Config:
+    """``config`` with one active parameter, chosen uniformly, redrawn (AutoTVM's random walk
+    step: one knob to another random value)."""
+    keys = [slot.key for slot in space.active_slots(config)]
+    key = keys[int(rng.integers(len(keys)))]
+    return space.complete({**config, key: redraw(space.by_key[key].param, config[key], rng)}, rng)

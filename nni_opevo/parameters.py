@@ -75,6 +75,32 @@ class Parameter(ABC):
         """Every value, for finite sets small enough to list."""
         raise TypeError(f"{self.type_name} parameter '{self.path}' cannot be enumerated")
 
+    def origin(self) -> Value:
+        """The search's natural starting value (G-BFS and N-A2C start there): the first value
+        listed, which for a factor is (C, 1, ..., 1), the loop left untiled, and for a perm
+        the identity order."""
+        return next(iter(self.enumerate()))
+
+    @property
+    @abstractmethod
+    def moves(self) -> list[Hashable]:
+        """A fixed list of moves along the topology: N-A2C's actions. Applying every move to a
+        value gives exactly its neighbours (for continuous types: a step either way)."""
+
+    @abstractmethod
+    def apply_move(self, value: Value, move: Hashable) -> Value | None:
+        """The value one ``move`` away, or None where the move does not apply."""
+
+    @abstractmethod
+    def encode(self, value: Value) -> tuple[float, ...]:
+        """Numbers describing the value for surrogate models (XGBoost, k-NN), ``n_features`` of them.
+        Discrete types give ordinal numbers >= 1, so that 0 can stand for an inactive parameter."""
+
+    @property
+    def n_features(self) -> int:
+        """How many numbers ``encode`` gives."""
+        return 1
+
     @abstractmethod
     def to_trial(self, value: Value) -> Any:
         """The value as the trial receives it (JSON-serializable)."""
@@ -186,6 +212,22 @@ class FactorParameter(Parameter):
         out[m] *= z
         return tuple(out)
 
+    @property
+    def moves(self) -> list[tuple[int, int, int]]:
+        """(from n, to m, prime z): move z from position n to position m."""
+        return [(n, m, z) for z in self.primes for n in range(self.nu) for m in range(self.nu) if m != n]
+
+    def apply_move(self, value: tuple[int, ...], move: Hashable) -> tuple[int, ...] | None:
+        n, m, z = move  # type: ignore[misc]
+        return self._move(value, n, m, z) if value[n] % z == 0 else None
+
+    def encode(self, value: tuple[int, ...]) -> tuple[float, ...]:
+        return tuple(float(a) for a in value)
+
+    @property
+    def n_features(self) -> int:
+        return self.nu
+
     def enumerate(self) -> Iterator[tuple[int, ...]]:
         per_prime = [[tuple(p**k for k in comp) for comp in _compositions(e, self.nu)] for p, e in self.factorization]
         for combo in product(*per_prime):
@@ -251,6 +293,26 @@ class PermParameter(Parameter):
         out = list(value)
         out[i], out[j] = out[j], out[i]
         return tuple(out)
+
+    @property
+    def moves(self) -> list[tuple[int, int]]:
+        """(i, j): swap the items at positions i < j."""
+        return [(i, j) for i in range(self.n) for j in range(i + 1, self.n)]
+
+    def apply_move(self, value: tuple[int, ...], move: Hashable) -> tuple[int, ...]:
+        i, j = move  # type: ignore[misc]
+        return self._swap(value, i, j)
+
+    def encode(self, value: tuple[int, ...]) -> tuple[float, ...]:
+        """The position (from 1) of each item: nearby orders give nearby numbers."""
+        position = [0.0] * self.n
+        for pos, item in enumerate(value):
+            position[item] = float(pos + 1)
+        return tuple(position)
+
+    @property
+    def n_features(self) -> int:
+        return self.n
 
     def enumerate(self) -> Iterator[tuple[int, ...]]:
         from itertools import permutations
@@ -325,6 +387,17 @@ class ChoiceParameter(Parameter):
     def enumerate(self) -> Iterator[int]:
         return iter(range(len(self.options)))
 
+    @property
+    def moves(self) -> list[int]:
+        """o: switch to option o."""
+        return list(range(len(self.options)))
+
+    def apply_move(self, value: int, move: Hashable) -> int | None:
+        return None if move == value else int(move)  # type: ignore[arg-type]
+
+    def encode(self, value: int) -> tuple[float, ...]:
+        return (float(value + 1),)
+
     def to_trial(self, value: int) -> Any:
         return {"_name": self.options[value]["_name"]} if self.nested else self.options[value]
 
@@ -383,6 +456,19 @@ class GridParameter(Parameter):
 
     def enumerate(self) -> Iterator[int]:
         return iter(range(int(self.k_low), int(self.k_high) + 1))
+
+    @property
+    def moves(self) -> list[int]:
+        """-1 / +1: the grid value just below / above."""
+        return [-1, 1]
+
+    def apply_move(self, value: int, move: Hashable) -> int | None:
+        k = value + int(move)  # type: ignore[call-overload]
+        return k if self.k_low <= k <= self.k_high else None
+
+    def encode(self, value: int) -> tuple[float, ...]:
+        """The ordinal position from 1 on a bounded grid; the value itself on an unbounded one."""
+        return (float(value - self.k_low + 1),) if math.isfinite(self.k_low) else (float(self.value_at(value)),)
 
     def to_trial(self, value: int) -> float | int:
         return self.value_at(value)
@@ -546,6 +632,11 @@ class QNormalParameter(QuantizedParameter):
     def enumerate(self) -> Iterator[int]:
         raise TypeError(f"{self.type_name} parameter '{self.path}' is unbounded and cannot be enumerated")
 
+    def origin(self) -> int:
+        """The grid point at the prior's centre."""
+        centre = math.exp(self.mu) if self.log else self.mu
+        return int(max(round(centre / self.q), self.k_low))
+
 
 class QLogNormalParameter(QNormalParameter):
     """``qlognormal [mu, sigma, q]``: multiples of q from 0 up, drawn as round(exp(normal)/q)*q."""
@@ -596,6 +687,22 @@ class ContinuousParameter(Parameter):
         while not self.lo_in <= x <= self.hi_in:  # reflect; the step std is a tenth of the width, so this ends at once
             x = 2 * self.lo_in - x if x < self.lo_in else 2 * self.hi_in - x
         return min(max(self._out(x), self._out(self.lo_in)), self._out(self.hi_in))
+
+    def origin(self) -> float:
+        """The lower bound of a bounded type; the prior's centre of a normal type."""
+        return self._out(self.lo_in if math.isfinite(self.lo_in) else self.mu)  # type: ignore[attr-defined]
+
+    @property
+    def moves(self) -> list[int]:
+        """-1 / +1: a step of ``CONTINUOUS_STEP`` times the width down / up."""
+        return [-1, 1]
+
+    def apply_move(self, value: float, move: Hashable) -> float | None:
+        x = (math.log(value) if self.log else value) + int(move) * CONTINUOUS_STEP * self.width  # type: ignore[call-overload]
+        return self._out(x) if self.lo_in <= x <= self.hi_in else None
+
+    def encode(self, value: float) -> tuple[float, ...]:
+        return (float(value),)
 
     def to_trial(self, value: float) -> float:
         return float(value)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from .fitness import Fitness, objective
 from .search_space import Config, ConfigKey, SearchSpace
@@ -56,9 +56,7 @@ class Population:
 
     def parents(self, k: int) -> list[tuple[Config, float]]:
         """The top-k evaluated configurations with their eq. 2 weights."""
-        return [
-            (self.records[key].config, self.fitness.weight(self.records[key].objective)) for _, _, key in self._ranked[:k]
-        ]
+        return [(self.records[key].config, self.weight(key)) for _, _, key in self._ranked[:k]]
 
     def best(self) -> tuple[Config, float | None] | None:
         if not self._ranked:
@@ -74,30 +72,43 @@ class Population:
         self.ids[parameter_id] = key
         self.in_flight.add(parameter_id)
 
-    def report(self, parameter_id: int, value: Any) -> bool:
-        """Record a trial's final result; False when the id is unknown."""
+    def report(self, parameter_id: int, value: Any) -> ConfigKey | None:
+        """Record a trial's final result; returns its configuration, None when the id is unknown."""
         key = self.ids.get(parameter_id)
         if key is None:
-            return False
+            return None
         self.in_flight.discard(parameter_id)
         self._evaluate(key, objective(value))
-        return True
+        return key
 
-    def end(self, parameter_id: int) -> None:
-        """A trial ended: if it has no result yet it counts as a failure until one arrives."""
+    def end(self, parameter_id: int) -> ConfigKey | None:
+        """A trial ended: if it has no result yet it counts as a failure until one arrives.
+        Returns the configuration when it was just marked failed."""
         if parameter_id not in self.in_flight:
             _logger.debug("trial_end for parameter id %s that is not in flight: ignored", parameter_id)
-            return
+            return None
         self.in_flight.discard(parameter_id)
         key = self.ids[parameter_id]
-        if not self.records[key].evaluated:
-            self._evaluate(key, None)
+        if self.records[key].evaluated:
+            return None
+        self._evaluate(key, None)
+        return key
 
-    def add(self, config: Config, value: Any) -> None:
+    def add(self, config: Config, value: Any) -> ConfigKey:
         """An evaluated configuration from outside the tuner (import_data, customized trials)."""
         key = self.space.identity(config)
         self.records.setdefault(key, Record(config))
         self._evaluate(key, objective(value))
+        return key
+
+    def evaluated(self) -> Iterator[ConfigKey]:
+        """Evaluated configurations, best first."""
+        return (key for _, _, key in self._ranked)
+
+    def weight(self, key: ConfigKey) -> float:
+        """The eq. 2 weight of an evaluated configuration (0 for a failure): every tuner's
+        non-negative, higher-is-better fitness."""
+        return self.fitness.weight(self.records[key].objective)
 
     def _evaluate(self, key: ConfigKey, v: float | None) -> None:
         record = self.records[key]

@@ -9,7 +9,8 @@ inactive ones always sees a choice before the parameters it enables.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from functools import cached_property
+from typing import Any, Hashable, Iterator
 
 import numpy as np
 
@@ -91,6 +92,24 @@ class SearchSpace:
                 config[slot.key] = slot.param.sample(rng)
         return config
 
+    def origin(self) -> Config:
+        """The configuration of every parameter's ``origin``: for a kernel space, every loop
+        untiled and in its written order (where G-BFS and N-A2C start)."""
+        config: Config = {}
+        for slot in self.slots:
+            if slot.active_in(config):
+                config[slot.key] = slot.param.origin()
+        return config
+
+    def complete(self, config: Config, rng: np.random.Generator) -> Config:
+        """``config`` made whole after a change to a nested choice: parameters it no longer
+        enables are dropped, and ones it newly enables are drawn from their prior."""
+        out: Config = {}
+        for slot in self.slots:
+            if slot.active_in(out):
+                out[slot.key] = config[slot.key] if slot.key in config else slot.param.sample(rng)
+        return out
+
     def active_slots(self, config: Config) -> Iterator[Slot]:
         return (slot for slot in self.slots if slot.key in config)
 
@@ -127,6 +146,45 @@ class SearchSpace:
                 continue
             for value in values:
                 yield {**config, slot.key: value}
+
+    @cached_property
+    def moves(self) -> list[tuple[Key, Hashable]]:
+        """Every (parameter key, move) pair: a fixed action set over all configurations."""
+        return [(slot.key, move) for slot in self.slots for move in slot.param.moves]
+
+    def apply_move(self, config: Config, action: tuple[Key, Hashable], rng: np.random.Generator) -> Config | None:
+        """``config`` after one move, or None when the move does not apply (its parameter is
+        inactive, or the move leaves the set). A nested-choice switch draws the sub-parameters
+        it enables (``complete``)."""
+        key, move = action
+        if key not in config:
+            return None
+        value = self.by_key[key].param.apply_move(config[key], move)
+        if value is None:
+            return None
+        moved = {**config, key: value}
+        return self.complete(moved, rng) if self._switches[key] else moved
+
+    @cached_property
+    def _switches(self) -> dict[Key, bool]:
+        return {slot.key: isinstance(slot.param, ChoiceParameter) and slot.param.nested for slot in self.slots}
+
+    # ------------------------------------------------------------------ numeric features
+
+    @cached_property
+    def feature_width(self) -> int:
+        return sum(slot.param.n_features for slot in self.slots)
+
+    def features(self, config: Config) -> np.ndarray:
+        """A fixed-width vector of the configuration for surrogate models: each parameter's
+        ``encode`` in space order, zeros where the parameter is inactive."""
+        out = np.zeros(self.feature_width)
+        i = 0
+        for slot in self.slots:
+            if slot.key in config:
+                out[i : i + slot.param.n_features] = slot.param.encode(config[slot.key])
+            i += slot.param.n_features
+        return out
 
     # ------------------------------------------------------------------ trial format
 

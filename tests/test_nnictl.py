@@ -77,6 +77,36 @@ def test_exhausted_space_ends_the_experiment_cleanly(workdir):
         assert len(exp.results()) == 54
 
 
+PEERS = {
+    "GBFS": {"seed": 1},
+    "NA2C": {"seed": 1},
+    "AutoTVM": {"seed": 1, "plan_size": 8, "sa_chains": 32, "sa_steps": 50},
+    "NoSE": {"seed": 1, "population_size": 8},
+    "ChoiceView": {"tuner": "TPE", "tuner_args": {"optimize_mode": "maximize", "seed": 1}},
+}
+
+
+@pytest.mark.parametrize("name", PEERS)
+def test_registered_peer_tuner_runs_to_completion(workdir, name):
+    """Every peer, by its registered name, through a real nnictl experiment: all trials report
+    and no configuration repeats (the learners refit along the way: AutoTVM at 8 and 16 results)."""
+    trials = 24
+    env = {"NNI_CONFIG_DIR": str(workdir / "nni-config")}
+    exp = Experiment(workdir, config(workdir, analytic_trial.space(), {"name": name, "classArgs": PEERS[name]}, trials), env)
+    exp.nnictl("algo", "register", "--meta", str(HERE.parent / "nni_opevo" / "registration.yml"))
+    assert name in exp.nnictl("algo", "list")
+    with exp:
+        status = exp.wait()
+        assert status["status"] in ("DONE", "NO_MORE_TRIAL") and not status["errors"], status
+        params, results = exp.parameters(), exp.results()
+        assert len(params) == trials and sorted(results) == sorted(params)
+        assert len({json.dumps(p, sort_keys=True) for p in params.values()}) == trials
+        for pid, p in params.items():
+            assert results[pid]["default"] == pytest.approx(analytic_trial.objective(p))
+        if name == "AutoTVM":
+            assert "AutoTVM: model fitted on" in exp.dispatcher_log()
+
+
 @pytest.mark.parametrize(
     "space,class_args,message",
     [

@@ -123,3 +123,47 @@ def test_quniform_grid_follows_nni_rounding_and_clipping():
     # NNI gives clip(round(x / q) * q, low, high): 0.3 at the low edge, and never 4.2 (round(4.2) = 4).
     assert [p.to_trial(k) for k in p.enumerate()] == [0.3, 1.0, 2.0, 3.0, 4.0]
     assert p.neighbours(p.from_trial(2.0)) == [p.from_trial(1.0), p.from_trial(3.0)]
+
+
+@pytest.mark.parametrize(
+    "param",
+    [
+        FactorParameter("f", [2**3 * 3**2 * 5, 3]),
+        PermParameter("p", 4),
+        ChoiceParameter("c", ["a", "b", "c", "d"]),
+        DiscreteParameter("d", [1, 2, 4, 8, 16]),
+        RandintParameter("r", [-3, 4]),
+        QUniformParameter("q", [0, 2, 0.25]),
+    ],
+    ids=lambda p: p.type_name,
+)
+def test_fixed_moves_reach_exactly_the_neighbours(param):
+    """N-A2C's action set (``moves``) applied to any value gives exactly its neighbours, and
+    the origin is the first listed value ((C, 1, 1) for a factor: the loop untiled)."""
+    for value in param.enumerate():
+        reached = [param.apply_move(value, m) for m in param.moves]
+        assert {r for r in reached if r is not None} == neighbour_set(param, value)
+    assert param.origin() == next(iter(param.enumerate()))
+    if isinstance(param, FactorParameter):
+        assert param.origin() == (360, 1, 1)
+
+
+def test_search_space_moves_handle_nested_choices_and_continuous_steps():
+    from nni_opevo.search_space import SearchSpace
+
+    space = SearchSpace({
+        "u": {"_type": "uniform", "_value": [0, 10]},
+        "c": {"_type": "choice", "_value": [{"_name": "a"}, {"_name": "b", "x": {"_type": "randint", "_value": [0, 5]}}]},
+    })
+    rng = np.random.default_rng(0)
+    origin = space.origin()
+    assert origin == {("u",): 0.0, ("c",): 0}
+    moved = [space.apply_move(origin, a, rng) for a in space.moves]
+    reached = [m for m in moved if m is not None]
+    assert {("u",): 1.0, ("c",): 0} in reached  # a step of a tenth of the width up; down leaves the range
+    switched = [m for m in reached if m[("c",)] == 1]
+    assert len(switched) == 1 and 0 <= switched[0][("c", 1, "x")] < 5 and space.contains(switched[0])
+    assert all(space.contains(m) for m in reached)
+    back = space.apply_move(switched[0], (("c",), 0), rng)
+    assert back == {("u",): 0.0, ("c",): 0}  # the sub-parameter leaves with its option
+    assert space.features(back).tolist() == [0.0, 1.0, 0.0] and space.features(switched[0])[1] == 2.0

@@ -4,10 +4,11 @@
     python -m trial_code.make_spaces --workload MM1        # one
     python -m trial_code.make_spaces --family matmul --shape n=256 m=768 k=3072 --name BERT_FFN
 
-For each workload it writes ``search_spaces/<name>.cuda.json`` and ``<name>.cpu.json`` and
-``experiments/<name>/opevo.yml`` (CUDA: trialConcurrency 8, maxTrialNumber 512, as in the
-paper) and ``opevo-cpu.yml``; the CPU quickstart goes to ``experiments/quickstart/opevo.yml``.
-Run ``nnictl create --config experiments/<name>/opevo.yml`` from the repository root.
+For each workload it writes ``search_spaces/<name>.cuda.json`` and ``<name>.cpu.json`` and,
+for every tuner of ``TUNERS`` (OpEvo and its peers, paper settings),
+``experiments/<name>/<tuner>.yml`` (CUDA: trialConcurrency 8, maxTrialNumber 512, as in the
+paper) and ``<tuner>-cpu.yml``; the CPU quickstart goes to ``experiments/quickstart/opevo.yml``.
+Run ``nnictl create --config experiments/<name>/<tuner>.yml`` from the repository root.
 """
 from __future__ import annotations
 
@@ -23,9 +24,25 @@ from .cli import add_workload_options, workload_from
 from .templates import for_workload
 from .workloads import Workload
 
-# className tuners need a codeDirectory in NNI 3.0; the checkout root also finds an uninstalled nni_opevo.
-OPEVO = {"className": "nni_opevo.OpEvoTuner", "codeDirectory": "../..",
-         "classArgs": {"optimize_mode": "maximize", "parents_size": 8, "offspring_size": 8, "mutate_rate": 0.5}}
+
+
+
+def _tuner(class_name: str, **class_args: Any) -> dict[str, Any]:
+    # className tuners need a codeDirectory in NNI 3.0; the checkout root also finds an uninstalled nni_opevo.
+    return {"className": f"nni_opevo.{class_name}", "codeDirectory": "../..",
+            "classArgs": {"optimize_mode": "maximize", **class_args} if class_name != "ChoiceViewTuner" else class_args}
+
+
+TUNERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "opevo": ("OpEvo", _tuner("OpEvoTuner", parents_size=8, offspring_size=8, mutate_rate=0.5)),
+    "gbfs": ("G-BFS", _tuner("GBFSTuner", num_samples=5)),
+    "na2c": ("N-A2C", _tuner("NA2CTuner", max_steps=3)),
+    "autotvm": ("AutoTVM XGBoost+SA (needs the xgboost extra)", _tuner("AutoTVMTuner", plan_size=64)),
+    "nose": ("NoSE", _tuner("NoSETuner", population_size=100)),
+    "tpe": ("NNI TPE over factor/perm listed as choices",
+            _tuner("ChoiceViewTuner", tuner="TPE", tuner_args={"optimize_mode": "maximize"})),
+}
+"""File stem -> (description, NNI tuner config), with the papers' settings."""
 QUICKSTART = "MM_small"
 
 
@@ -33,19 +50,20 @@ def space_path(workload: Workload, kind: str) -> str:
     return os.path.join(REPO_ROOT, "search_spaces", f"{workload.name}.{kind}.json")
 
 
-def experiment(workload: Workload, kind: str, trials: int, concurrency: int, trial_flags: str = "") -> dict[str, Any]:
+def experiment(workload: Workload, kind: str, trials: int, concurrency: int, trial_flags: str = "",
+               tuner: str = "opevo") -> dict[str, Any]:
     """An NNI 3.0 experiment config; paths are relative to experiments/<dir>/, as NNI resolves them."""
     shape_flags = (f"--workload {workload.name}" if workloads.NAMED.get(workload.name) == workload else
                    f"--family {workload.family} --name {workload.name} --shape "
                    + " ".join(f"{k}={v}" for k, v in workload.shape.items()))
     config: dict[str, Any] = {
-        "experimentName": f"{workload.name} OpEvo ({kind})",
+        "experimentName": f"{workload.name} {TUNERS[tuner][0].split(' (')[0]} ({kind})",
         "searchSpaceFile": f"../../search_spaces/{workload.name}.{kind}.json",
         "trialCommand": f"python3 -m trial_code.trial {shape_flags} --target {kind}{trial_flags}",
         "trialCodeDirectory": "../..",
         "trialConcurrency": concurrency,
         "maxTrialNumber": trials,
-        "tuner": OPEVO,
+        "tuner": TUNERS[tuner][1],
         "trainingService": {"platform": "local"},
     }
     if kind == "cuda":
@@ -75,11 +93,13 @@ def write_workload(workload: Workload) -> list[str]:
             handle.write("{\n" + ",\n".join(lines) + "\n}\n")
         written.append(path)
     folder = os.path.join(REPO_ROOT, "experiments", workload.name)
-    write_yaml(os.path.join(folder, "opevo.yml"), experiment(workload, "cuda", 512, 8),
-               f"OpEvo on {workload.name} on the GPU, as in the OpEvo paper (512 trials, 8 at a time).")
-    write_yaml(os.path.join(folder, "opevo-cpu.yml"), experiment(workload, "cpu", 256, 2),
-               f"OpEvo on {workload.name} on the CPU (LLVM), 2 trials at a time.")
-    written += [os.path.join(folder, "opevo.yml"), os.path.join(folder, "opevo-cpu.yml")]
+    for stem, (description, _) in TUNERS.items():
+        gpu, cpu = os.path.join(folder, f"{stem}.yml"), os.path.join(folder, f"{stem}-cpu.yml")
+        write_yaml(gpu, experiment(workload, "cuda", 512, 8, tuner=stem),
+                   f"{description} on {workload.name} on the GPU, as in the OpEvo paper (512 trials, 8 at a time).")
+        write_yaml(cpu, experiment(workload, "cpu", 256, 2, tuner=stem),
+                   f"{description} on {workload.name} on the CPU (LLVM), 2 trials at a time.")
+        written += [gpu, cpu]
     return written
 
 

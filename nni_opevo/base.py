@@ -1,0 +1,203 @@
+"""What every tuner of this package shares: the NNI 3.0 tuner interface over one search space
+and one population, written once.
+
+A subclass says only how it proposes (``_propose``) and, if it learns, what it does with a
+new result (``_observe``) or a rebuilt history (``_rebuild``). This class does the rest, the
+same way for every algorithm, so that comparisons between them measure the algorithms:
+
+* the search space is parsed by ``search_space`` (a bad one ends the experiment with the
+  parameter named, see ``fatal``); a space update keeps the history that fits it;
+* no configuration is proposed twice: a proposal that is evaluated or in flight goes through
+  the subclass's own re-variations (``_variations``), then the nearest unseen configuration in
+  the topology, then random draws, then, for small spaces, listing; when nothing is left the
+  tuner raises NoMoreTrialError and NNI ends the experiment;
+* results are read by ``fitness`` (a number or ``{"default": ...}``; anything else, or a trial
+  that ends without a result, is a failure) and ``population`` tolerates unknown, repeated and
+  mismatched parameter ids (microsoft/nni#5726) and customized trials;
+* ``optimize_mode`` and ``seed`` mean the same everywhere; ``import_data`` rebuilds the history
+  for ``nnictl resume`` and ``experiment import``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from abc import abstractmethod
+from typing import Any, Iterator
+
+import numpy as np
+from nni import NoMoreTrialError
+from nni.tuner import Tuner
+
+from . import fatal
+from .fitness import Fitness
+from .operators import nearest_unseen
+from .population import Population
+from .search_space import Config, ConfigKey, SearchSpace
+
+_logger = logging.getLogger(__name__)
+
+SEARCH_EXPANSIONS = 500
+RANDOM_DRAWS = 256
+ENUMERATION_LIMIT = 200_000
+
+
+class PopulationTuner(Tuner):
+    """Base of the package's tuners (see the module docstring)."""
+
+    algorithm = "tuner"  # for log lines
+
+    def __init__(self, optimize_mode: str, seed: int | None) -> None:
+        self.optimize_mode = optimize_mode
+        self.seed = seed if seed is not None else int(np.random.default_rng().integers(2**31))
+        _logger.info("%s seed %d", self.algorithm, self.seed)
+        self.rng = np.random.default_rng(self.seed)
+        self.space: SearchSpace | None = None
+        self.population: Population | None = None
+        self.n_proposed = 0  # proposals and imported results
+        self._accept_customized_trials()
+
+    # ------------------------------------------------------------------ what subclasses give
+
+    @abstractmethod
+    def _propose(self) -> Config:
+        """The algorithm's next configuration; may be one already seen (``_unique`` fixes that)."""
+
+    def _variations(self, config: Config) -> Iterator[Config]:
+        """Algorithm-specific alternatives to a proposal that was already seen, tried in order."""
+        return iter(())
+
+    def _observe(self, key: ConfigKey) -> None:
+        """A configuration of the population was just evaluated (or re-evaluated)."""
+
+    def _rebuild(self) -> None:
+        """The population was replaced (new search space): rebuild the algorithm's state from it."""
+
+    # ------------------------------------------------------------------ NNI interface
+
+    def update_search_space(self, search_space: dict[str, Any]) -> None:
+        """Validate the space (ValueError naming the parameter) and keep the history that fits it."""
+        try:
+            space = SearchSpace(search_space)
+        except ValueError as e:
+            fatal.fail(e)
+            raise
+        self._check_space(space)
+        old, self.space = self.population, space
+        self.population = Population(space, Fitness(self.optimize_mode))
+        if old is not None:
+            for pid, key in old.ids.items():
+                record = old.records[key]
+                config = self._convert(old.space.to_trial(record.config))
+                if config is None:
+                    continue
+                if pid in old.in_flight:
+                    self.population.propose(pid, config)
+                elif record.evaluated:
+                    self.population.add(config, {"default": record.objective})
+            _logger.info("search space updated; %d configurations of the history fit it", len(self.population))
+        self._rebuild()
+
+    def _check_space(self, space: SearchSpace) -> None:
+        """Reject a space this algorithm cannot search (via ``fatal``), naming the parameter."""
+
+    def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, Any]:
+        space, population = self.require_space()
+        if len(population) >= space.size:
+            raise NoMoreTrialError("every configuration of the search space has been proposed")
+        config = self._unique(self._propose())
+        population.propose(parameter_id, config)
+        self.n_proposed += 1
+        return space.to_trial(config)
+
+    def receive_trial_result(self, parameter_id: int, parameters: Any, value: Any, **kwargs: Any) -> None:
+        _, population = self.require_space()
+        key = population.report(parameter_id, value)
+        if key is None:
+            # Unknown id (a customized trial, or ids NNI mixed up): learn from the parameters it ran.
+            config = self._convert(parameters)
+            if config is None:
+                return
+            key = population.add(config, value)
+        self._observe(key)
+
+    def trial_end(self, parameter_id: int, success: bool, **kwargs: Any) -> None:
+        if self.population is not None:
+            key = self.population.end(parameter_id)
+            if key is not None:
+                self._observe(key)
+
+    def import_data(self, data: Any) -> None:
+        """Rebuild the history from earlier trials (``nnictl resume`` / ``experiment import``)."""
+        _, population = self.require_space()
+        if isinstance(data, str):
+            data = json.loads(data)
+        imported = 0
+        for entry in data:
+            if isinstance(entry, str):
+                entry = json.loads(entry)
+            config = self._convert(entry.get("parameter")) if isinstance(entry, dict) else None
+            if config is None:
+                continue
+            self._observe(population.add(config, entry.get("value")))
+            imported += 1
+        self.n_proposed += imported
+        _logger.info("imported %d of %d earlier trials", imported, len(data))
+
+    # ------------------------------------------------------------------ shared helpers
+
+    def require_space(self) -> tuple[SearchSpace, Population]:
+        if self.space is None or self.population is None:
+            raise RuntimeError(f"{type(self).__name__}: update_search_space must be called before any other call")
+        return self.space, self.population
+
+    def seen(self, config: Config) -> bool:
+        space, population = self.require_space()
+        return population.seen(space.identity(config))
+
+    def _convert(self, parameters: Any) -> Config | None:
+        assert self.space is not None
+        try:
+            return self.space.from_trial(parameters)
+        except ValueError as e:
+            _logger.warning("ignoring parameters outside the search space (%s): %r", e, parameters)
+            return None
+
+    def _unique(self, config: Config) -> Config:
+        """``config`` if unseen, else the first unseen alternative (see the module docstring)."""
+        space, _ = self.require_space()
+        if not self.seen(config):
+            return config
+        for variant in self._variations(config):
+            if not self.seen(variant):
+                return variant
+        near = nearest_unseen(space, config, self.seen, self.rng, SEARCH_EXPANSIONS)
+        if near is not None:
+            return near
+        for _ in range(RANDOM_DRAWS):
+            candidate = space.sample(self.rng)
+            if not self.seen(candidate):
+                return candidate
+        if space.size <= ENUMERATION_LIMIT:
+            unseen = [c for c in space.enumerate() if not self.seen(c)]
+            if unseen:
+                return unseen[int(self.rng.integers(len(unseen)))]
+            raise NoMoreTrialError("every configuration of the search space has been proposed")
+        _logger.warning(
+            "no unseen configuration near the proposal nor in %d random draws of a space of %s; ending",
+            RANDOM_DRAWS,
+            "infinite size" if math.isinf(space.size) else f"{space.size:.3g} configurations",
+        )
+        raise NoMoreTrialError("no unseen configuration could be found")
+
+    def fresh(self, proposals: Iterator[Config], limit: int) -> list[Config]:
+        """Up to ``limit`` distinct unseen configurations from ``proposals``, in order."""
+        space, _ = self.require_space()
+        out: dict[ConfigKey, Config] = {}
+        for config in proposals:
+            key = space.identity(config)
+            if key not in out and not self.seen(config):
+                out[key] = config
+                if len(out) == limit:
+                    break
+        return list(out.values())

@@ -1,0 +1,192 @@
+"""NNI's built-in tuners (TPE, Random, Evolution, Anneal, ...) on spaces with ``factor`` and
+``perm`` parameters: the space they see lists every factorization and every order as a
+``choice`` of labels (the value as JSON text, e.g. "[64, 2, 4, 2]": NNI's tuners accept only
+numbers and strings as options), and the label they pick reaches the trial as the exact
+factor or perm value (a list), checked against the space.
+
+Listing is only sensible for small sets: a parameter with more values than ``max_choices``
+is refused with its name, its size and what to use instead. Every other type, nested choices
+included, is passed through to the built-in tuner unchanged, and the built-in tuner keeps its
+own handling of results; this view only adds what NNI 3.0 needs of every tuner here: trial
+ends and results for ids it never issued (microsoft/nni#5726, customized trials) are dropped
+instead of crashing the built-in tuner.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Callable
+
+from nni import ClassArgsValidator
+from nni.tools.package_utils import tuner_factory
+from nni.tuner import Tuner
+
+from . import class_args, fatal
+from .parameters import ChoiceParameter, FactorParameter, Parameter, PermParameter, SpaceError
+from .search_space import SearchSpace
+
+_logger = logging.getLogger(__name__)
+
+LISTED = (FactorParameter, PermParameter)
+
+
+def _validate(kwargs: dict[str, Any]) -> dict[str, Any]:
+    class_args.reject_unknown({"tuner", "tuner_args", "max_choices"}, kwargs)
+    name = kwargs.get("tuner", "TPE")
+    known = tuner_factory._get_all_builtin_names("tuners")
+    if not isinstance(name, str) or name.lower() not in known:
+        raise ValueError(f"classArg 'tuner' must name an NNI built-in tuner ({', '.join(sorted(known))}), got {name!r}")
+    tuner_args = kwargs.get("tuner_args") or {}
+    if not isinstance(tuner_args, dict):
+        raise ValueError(f"classArg 'tuner_args' must be a mapping of the built-in tuner's classArgs, got {tuner_args!r}")
+    return {"tuner": name, "tuner_args": tuner_args,
+            "max_choices": class_args.positive_int("max_choices", kwargs.get("max_choices", 10_000))}
+
+
+def _builtin(kwargs: dict[str, Any]) -> Tuner:
+    """The built-in tuner the classArgs name, built with its own classArgs; ValueError naming
+    the classArg when either is wrong."""
+    args = _validate(kwargs)
+    try:
+        validator = tuner_factory.create_validator_instance("tuners", args["tuner"])
+    except ImportError as e:
+        raise ValueError(f"classArg 'tuner': NNI's {args['tuner']} needs the '{e.name}' package, which is not "
+                         f"installed: pip install {e.name}") from e
+    try:
+        # NNI's validators raise schema errors; a built-in without one (TPE) checks in its constructor.
+        if validator is not None:
+            validator.validate_class_args(**args["tuner_args"])
+        return tuner_factory.create_builtin_class_instance(args["tuner"], dict(args["tuner_args"]), "tuners")
+    except Exception as e:
+        raise ValueError(f"classArg 'tuner_args' is not valid for {args['tuner']}: {type(e).__name__}: {e}") from e
+
+
+class ChoiceViewClassArgsValidator(ClassArgsValidator):
+    def validate_class_args(self, **kwargs: Any) -> None:
+        _builtin(kwargs)
+
+
+class ChoiceViewTuner(Tuner):
+    """Runs an NNI built-in tuner on a space with factor/perm parameters.
+
+    Parameters
+    ----------
+    tuner
+        The built-in tuner's name, as in ``tuner: {name: ...}`` (default 'TPE').
+    tuner_args
+        Its classArgs (e.g. ``{optimize_mode: maximize, seed: 1}``).
+    max_choices
+        The most values a factor or perm may have to be listed as a choice (10,000).
+    """
+
+    def __init__(self, tuner: str = "TPE", tuner_args: dict[str, Any] | None = None, max_choices: int = 10_000) -> None:
+        kwargs = dict(tuner=tuner, tuner_args=tuner_args, max_choices=max_choices)
+        args = _validate(kwargs)
+        self.name = args["tuner"]
+        self.max_choices = args["max_choices"]
+        self.inner = _builtin(kwargs)
+        self.space: SearchSpace | None = None
+        self._issued: set[int] = set()
+        self._ended: set[int] = set()
+
+    # ------------------------------------------------------------------ space
+
+    def update_search_space(self, search_space: dict[str, Any]) -> None:
+        try:
+            self.space = SearchSpace(search_space)
+            listed = self._listed(search_space, self.space, ())
+        except ValueError as e:
+            fatal.fail(e)
+            raise
+        self.inner.update_search_space(listed)
+
+    def _listed(self, raw: dict[str, Any], space: SearchSpace, prefix: tuple) -> dict[str, Any]:
+        """``raw`` with every factor and perm, at any depth, replaced by a choice of its values."""
+        out: dict[str, Any] = {}
+        for name, spec in raw.items():
+            if name == "_name":
+                out[name] = spec
+                continue
+            param = space.by_key[(*prefix, name)].param
+            if isinstance(param, LISTED):
+                out[name] = {"_type": "choice", "_value": self._values(param)}
+            elif isinstance(param, ChoiceParameter) and param.nested:
+                options = [self._listed(option, space, (*prefix, name, i)) for i, option in enumerate(spec["_value"])]
+                out[name] = {**spec, "_value": options}
+            else:
+                out[name] = spec
+        return out
+
+    def _values(self, param: Parameter) -> list[Any]:
+        if param.size > self.max_choices:
+            raise SpaceError(param.path, f"{param.type_name} has {param.size:,.0f} values, more than max_choices="
+                             f"{self.max_choices:,} can list as a choice for {self.name}; raise max_choices or use "
+                             "a tuner that searches factor/perm natively (OpEvo, G-BFS, N-A2C, AutoTVM, NoSE)")
+        return [_label(param.to_trial(v)) for v in param.enumerate()]
+
+    # ------------------------------------------------------------------ proposals
+
+    def _to_trial(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The built-in tuner's pick with each label turned back into its factor/perm value."""
+        return self._map(params, (), lambda param, label: param.to_trial(param.from_trial(json.loads(label))))
+
+    def _to_inner(self, params: Any) -> Any:
+        """Trial parameters (imported, or reported back) in the built-in tuner's labels."""
+        if not isinstance(params, dict):
+            return params
+        return self._map(params, (), lambda param, value: _label(param.to_trial(param.from_trial(value))))
+
+    def _map(self, params: dict[str, Any], prefix: tuple, convert: Callable[[Parameter, Any], Any]) -> dict[str, Any]:
+        assert self.space is not None
+        out = dict(params)
+        for name, value in params.items():
+            slot = self.space.by_key.get((*prefix, name))
+            if slot is None:
+                continue
+            if isinstance(slot.param, LISTED):
+                out[name] = convert(slot.param, value)
+            elif isinstance(slot.param, ChoiceParameter) and slot.param.nested and isinstance(value, dict):
+                out[name] = self._map(value, (*prefix, name, slot.param.from_trial(value)), convert)
+        return out
+
+    def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, Any]:
+        params = self._to_trial(self.inner.generate_parameters(parameter_id, **kwargs))
+        self._issued.add(parameter_id)
+        return params
+
+    def generate_multiple_parameters(self, parameter_id_list: list[int], **kwargs: Any) -> list[dict[str, Any]]:
+        callback: Callable[..., Any] | None = kwargs.get("st_callback")
+        if callback is not None:  # trials a built-in tuner sends later (Evolution) pass through the view too
+            def send(parameter_id: int, params: dict[str, Any], *args: Any, **kw: Any) -> Any:
+                self._issued.add(parameter_id)
+                return callback(parameter_id, self._to_trial(params), *args, **kw)
+
+            kwargs["st_callback"] = send
+        out = [self._to_trial(p) for p in self.inner.generate_multiple_parameters(parameter_id_list, **kwargs)]
+        self._issued.update(parameter_id_list[: len(out)])
+        return out
+
+    # ------------------------------------------------------------------ results
+
+    def receive_trial_result(self, parameter_id: int, parameters: Any, value: Any, **kwargs: Any) -> None:
+        if parameter_id not in self._issued:
+            _logger.warning("result for parameter id %s that %s never proposed: ignored", parameter_id, self.name)
+            return
+        self.inner.receive_trial_result(parameter_id, self._to_inner(parameters), value, **kwargs)
+
+    def trial_end(self, parameter_id: int, success: bool, **kwargs: Any) -> None:
+        if parameter_id not in self._issued or parameter_id in self._ended:
+            _logger.debug("trial_end for parameter id %s not in flight: ignored", parameter_id)
+            return
+        self._ended.add(parameter_id)
+        self.inner.trial_end(parameter_id, success, **kwargs)
+
+    def import_data(self, data: Any) -> None:
+        if isinstance(data, str):
+            data = json.loads(data)
+        self.inner.import_data([{**entry, "parameter": self._to_inner(entry.get("parameter"))}
+                                if isinstance(entry, dict) else entry for entry in data])
+
+
+def _label(value: list[Any]) -> str:
+    return json.dumps(value)

@@ -1,0 +1,166 @@
+"""N-A2C, the neighbourhood actor advantage critic of Zhang et al., "Compiler-Level Matrix
+Multiplication Optimization for Deep Learning" (2019), as run in the OpEvo paper (appendix
+B: at most T = 3 search steps, starting from the configuration without multi-level tiling).
+
+An actor-critic network (``actor_critic``) sees a configuration's features and picks a
+neighbour move: its action set is ``SearchSpace.moves`` (a prime factor between two tiling
+levels, a swap of two loops, another choice, the next grid value, a continuous step), fixed
+for the whole space, with the moves that do not apply to the current configuration masked
+out. Episodes start from the best configuration measured so far (the origin, every factor
+(C, 1, ..., 1), before any) and walk at most T moves; every unsampled configuration reached is
+proposed for measurement, and its measured fitness, divided by the best so far, is the
+reward for the move that reached it (advantage = reward - V(state before the move)). A move
+onto an already-measured configuration is rewarded at once with the known fitness, so the
+network learns from it without a measurement. With probability ``epsilon`` the move is
+uniform instead of drawn from the policy (0.1, as in the NNI reference implementation).
+
+NNI-wise, every request walks the current episode on until it reaches an unsampled
+configuration, and the network learns from each result as it arrives, so nothing waits
+for a batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from nni import ClassArgsValidator
+
+from . import class_args
+from .actor_critic import ActorCritic
+from .base import PopulationTuner
+from .search_space import Config, ConfigKey
+
+STEPS_PER_PROPOSAL = 64
+"""Moves tried for one proposal before handing over to ``base``'s nearest unsampled configuration."""
+
+
+def _validate(kwargs: dict[str, Any]) -> dict[str, Any]:
+    class_args.reject_unknown({"optimize_mode", "max_steps", "epsilon", "hidden_size", "learning_rate", "seed"}, kwargs)
+    return {
+        "optimize_mode": class_args.optimize_mode(kwargs.get("optimize_mode", "maximize")),
+        "max_steps": class_args.positive_int("max_steps", kwargs.get("max_steps", 3)),
+        "epsilon": class_args.unit("epsilon", kwargs.get("epsilon", 0.1)),
+        "hidden_size": class_args.positive_int("hidden_size", kwargs.get("hidden_size", 128)),
+        "learning_rate": class_args.open_unit("learning_rate", kwargs.get("learning_rate", 1e-3)),
+        "seed": class_args.seed(kwargs.get("seed")),
+    }
+
+
+class NA2CClassArgsValidator(ClassArgsValidator):
+    def validate_class_args(self, **kwargs: Any) -> None:
+        _validate(kwargs)
+
+
+@dataclass
+class _Step:
+    """A move waiting for the measurement of the configuration it reached."""
+
+    x: np.ndarray
+    mask: np.ndarray
+    action: int
+
+
+class NA2CTuner(PopulationTuner):
+    """N-A2C for NNI.
+
+    Parameters
+    ----------
+    optimize_mode
+        'maximize' (default) or 'minimize'.
+    max_steps
+        T, the moves of one episode from the best configuration (paper: 3).
+    epsilon
+        Probability of a uniform move instead of the policy's (default 0.1).
+    hidden_size, learning_rate
+        The network's hidden units (128) and Adam step size (1e-3).
+    seed
+        Seeds the network's initialization and every move; drawn and logged when omitted.
+    """
+
+    algorithm = "N-A2C"
+
+    def __init__(
+        self,
+        optimize_mode: str = "maximize",
+        max_steps: int = 3,
+        epsilon: float = 0.1,
+        hidden_size: int = 128,
+        learning_rate: float = 1e-3,
+        seed: int | None = None,
+    ) -> None:
+        args = _validate(dict(optimize_mode=optimize_mode, max_steps=max_steps, epsilon=epsilon,
+                              hidden_size=hidden_size, learning_rate=learning_rate, seed=seed))
+        super().__init__(args["optimize_mode"], args["seed"])
+        self.max_steps = args["max_steps"]
+        self.epsilon = args["epsilon"]
+        self.hidden_size = args["hidden_size"]
+        self.learning_rate = args["learning_rate"]
+        self.network: ActorCritic | None = None
+        self._waiting: dict[ConfigKey, _Step] = {}
+        self._state: Config | None = None
+        self._steps = 0
+
+    def _rebuild(self) -> None:
+        space, _ = self.require_space()
+        n_inputs = space.feature_width
+        self.network = ActorCritic(n_inputs, len(space.moves), self.hidden_size, self.learning_rate, self.rng)
+        self._waiting, self._state, self._steps = {}, None, 0
+
+    def _observe(self, key: ConfigKey) -> None:
+        step = self._waiting.pop(key, None)
+        if step is not None:
+            self._learn(step, key)
+
+    def _propose(self) -> Config:
+        space, population = self.require_space()
+        for _ in range(STEPS_PER_PROPOSAL):
+            if self._state is None or self._steps >= self.max_steps:
+                best = population.best()
+                self._state, self._steps = (best[0] if best is not None else space.origin()), 0
+                if not self.seen(self._state):
+                    return self._state  # the origin, first of all
+            step, reached = self._move(self._state)
+            if reached is None:
+                self._steps = self.max_steps  # no move applies here: start a new episode
+                continue
+            self._state, self._steps = reached, self._steps + 1
+            key = space.identity(reached)
+            record = population.records.get(key)
+            if record is None:
+                self._waiting[key] = step
+                return reached
+            if record.evaluated:
+                self._learn(step, key)
+        return self._state
+
+    def _move(self, state: Config) -> tuple[_Step, Config | None]:
+        """One move from ``state`` by the epsilon-greedy policy."""
+        space, _ = self.require_space()
+        assert self.network is not None
+        results = [space.apply_move(state, action, self.rng) for action in space.moves]
+        mask = np.array([r is not None for r in results])
+        x = _inputs(space.features(state))
+        if not mask.any():
+            return _Step(x, mask, -1), None
+        if self.rng.random() < self.epsilon:
+            valid = np.flatnonzero(mask)
+            action = int(valid[self.rng.integers(len(valid))])
+        else:
+            pi, _, _ = self.network.forward(x, mask)
+            action = int(self.rng.choice(len(pi), p=pi))
+        return _Step(x, mask, action), results[action]
+
+    def _learn(self, step: _Step, key: ConfigKey) -> None:
+        """One actor-critic update, the reward being the fitness relative to the best so far."""
+        _, population = self.require_space()
+        assert self.network is not None
+        best = population.best()
+        top = population.weight(population.space.identity(best[0])) if best is not None else 0.0
+        reward = population.weight(key) / top if top > 0 else 0.0
+        self.network.update(step.x, step.mask, step.action, reward)
+
+
+def _inputs(features: np.ndarray) -> np.ndarray:
+    """Network inputs: signed log of the features, so tile sizes from 1 to 2^20 stay in range."""
+    return np.sign(features) * np.log2(1.0 + np.abs(features))
