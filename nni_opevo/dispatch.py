@@ -5,14 +5,21 @@
 finishes, ``receive_trial_result`` (when it reported), ``trial_end``, and
 ``generate_multiple_parameters`` for one new id. A shorter list than requested means "no
 more trials": NNI stops asking, though a tuner may still send trials through the
-``st_callback`` it was given (NNI's Evolution does). This module replays that protocol
-with simulated trial durations, so tuners can be compared quickly and reproducibly on
-objectives that need no GPU (tests, synthetic and recorded benchmarks).
+``st_callback`` it was given (NNI's Evolution does). This module replays that protocol so
+tuners can be compared reproducibly without NNI's processes:
+
+* on a simulated clock (default): each trial lasts ``duration(parameters, result)`` seconds
+  (by default a random exponential one), trials finish in the order of their simulated end,
+  and the clock also advances by the real time the tuner spends proposing, so tuner overhead
+  shows in wall-clock comparisons (tests, synthetic and recorded benchmarks);
+* in real time (``pool``: an executor): up to ``concurrency`` objectives run at once and
+  results come back in the order they really finish (live kernels).
 """
 from __future__ import annotations
 
 import heapq
 import time
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -21,6 +28,8 @@ from nni.tuner import Tuner
 
 Objective = Callable[[dict[str, Any]], Any]
 """Trial parameters -> what the trial reports (a number, a dict with 'default', or None for no result)."""
+Duration = Callable[[dict[str, Any], Any], float]
+"""(parameters, result) -> simulated seconds the trial takes."""
 
 
 @dataclass
@@ -31,12 +40,63 @@ class Trial:
     result: Any = None
     finish_order: int = -1
     tuner_seconds: float = 0.0  # time spent in the tuner to propose this trial
+    started: float = 0.0  # seconds since the run began (simulated or real)
+    finished: float = 0.0
 
 
 @dataclass
 class Run:
     trials: list[Trial] = field(default_factory=list)
     exhausted: bool = False  # the tuner said there are no more trials
+
+
+class _SimulatedClock:
+    def __init__(self, objective: Objective, duration: Duration | None, rng: np.random.Generator) -> None:
+        self.objective, self.duration, self.rng = objective, duration, rng
+        self.now = 0.0
+        self._heap: list[tuple[float, int, Trial]] = []
+
+    def start(self, trial: Trial) -> None:
+        trial.started = self.now
+        trial.result = self.objective(trial.parameters)
+        seconds = self.duration(trial.parameters, trial.result) if self.duration else float(self.rng.exponential(1.0))
+        heapq.heappush(self._heap, (self.now + seconds, trial.index, trial))
+
+    def spent(self, seconds: float) -> None:
+        self.now += seconds
+
+    def running(self) -> bool:
+        return bool(self._heap)
+
+    def next_finished(self) -> Trial:
+        self.now, _, trial = heapq.heappop(self._heap)
+        trial.finished = self.now
+        return trial
+
+
+class _RealClock:
+    def __init__(self, objective: Objective, pool: Executor) -> None:
+        self.objective, self.pool = objective, pool
+        self.t0 = time.perf_counter()
+        self._futures: dict[Future, Trial] = {}
+
+    def start(self, trial: Trial) -> None:
+        trial.started = time.perf_counter() - self.t0
+        self._futures[self.pool.submit(self.objective, trial.parameters)] = trial
+
+    def spent(self, seconds: float) -> None:
+        pass  # real time has passed already
+
+    def running(self) -> bool:
+        return bool(self._futures)
+
+    def next_finished(self) -> Trial:
+        done, _ = wait(self._futures, return_when=FIRST_COMPLETED)
+        future = min(done, key=lambda f: self._futures[f].index)
+        trial = self._futures.pop(future)
+        trial.result = future.result()
+        trial.finished = time.perf_counter() - self.t0
+        return trial
 
 
 def drive(
@@ -46,15 +106,24 @@ def drive(
     max_trials: int,
     concurrency: int = 1,
     seed: int = 0,
+    duration: Duration | None = None,
+    pool: Executor | None = None,
+    on_finish: Callable[[Trial], None] | None = None,
+    first_id: int = 0,
+    history: list[dict[str, Any]] | None = None,
 ) -> Run:
-    """Run ``max_trials`` trials, ``concurrency`` at a time, finishing in a random order."""
-    rng = np.random.default_rng(seed)
+    """Run ``max_trials`` trials, ``concurrency`` at a time (see the module docstring).
+    ``on_finish`` sees each trial as the tuner receives it. To resume an earlier run, pass its
+    trials as ``history`` (``import_data``'s ``{"parameter", "value"}`` entries, as NNI's resume
+    does) and ``first_id`` past its parameter ids."""
+    clock: _SimulatedClock | _RealClock = (
+        _RealClock(objective, pool) if pool is not None else _SimulatedClock(objective, duration, np.random.default_rng(seed))
+    )
     tuner.update_search_space(search_space)
+    if history:
+        tuner.import_data(history)
     run = Run()
-    running: list[tuple[float, int]] = []  # (finish time, trial index)
-    clock = 0.0
-    next_id = 0
-
+    next_id = first_id
     sent_later: list[tuple[int, dict[str, Any]]] = []
 
     def send(parameter_id: int, parameters: dict[str, Any], *args: Any, **kwargs: Any) -> None:
@@ -64,7 +133,7 @@ def drive(
     def start(parameter_id: int, parameters: dict[str, Any], spent: float) -> None:
         trial = Trial(len(run.trials), parameter_id, parameters, tuner_seconds=spent)
         run.trials.append(trial)
-        heapq.heappush(running, (clock + float(rng.exponential(1.0)), trial.index))
+        clock.start(trial)
 
     def request(n: int) -> None:
         nonlocal next_id
@@ -75,9 +144,10 @@ def drive(
         next_id += n
         begin = time.perf_counter()
         params_list = tuner.generate_multiple_parameters(ids, st_callback=send)
-        spent = (time.perf_counter() - begin) / max(1, len(params_list))
+        spent = time.perf_counter() - begin
+        clock.spent(spent)
         for pid, params in zip(ids, params_list):
-            start(pid, params, spent)
+            start(pid, params, spent / max(1, len(params_list)))
         if len(params_list) < n:
             run.exhausted = True
 
@@ -88,15 +158,17 @@ def drive(
     request(concurrency)
     start_sent()
     finished = 0
-    while running:
-        clock, index = heapq.heappop(running)
-        trial = run.trials[index]
-        trial.result = objective(trial.parameters)
+    while clock.running():
+        trial = clock.next_finished()
         trial.finish_order = finished
         finished += 1
+        begin = time.perf_counter()
         if trial.result is not None:
             tuner.receive_trial_result(trial.parameter_id, trial.parameters, trial.result)
         tuner.trial_end(trial.parameter_id, trial.result is not None)
+        clock.spent(time.perf_counter() - begin)
+        if on_finish is not None:
+            on_finish(trial)
         start_sent()
         request(1)
         start_sent()

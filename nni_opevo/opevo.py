@@ -157,9 +157,10 @@ class OpEvoTuner(PopulationTuner):
 
     def _select_parents(self) -> list[tuple[Config, float]]:
         _, population = self.require_space()
-        stale = self._brood_left <= 0 or (
-            len(self._parents) < self.parents_size and population.version != self._parents_version
-        )
+        # Refresh after rho children, and at every new result while the selection is short of
+        # lambda or has nothing to inherit (all failures), so a first success is bred from at once.
+        barren = len(self._parents) < self.parents_size or not any(w > 0 for _, w in self._parents)
+        stale = self._brood_left <= 0 or (barren and population.version != self._parents_version)
         if stale:
             self._parents = population.parents(self.parents_size)
             self._parents_version = population.version

@@ -54,6 +54,20 @@ def test_first_lambda_are_random_then_children_of_parents():
     assert all(abs(c - first[0]) <= 30 for c in children)
 
 
+def test_a_first_success_after_an_all_failed_population_is_bred_from_at_once():
+    """Regression: with lambda failures first, the selection of parents must not stay barren."""
+    tuner = OpEvoTuner(seed=0, parents_size=4, offspring_size=4)
+    tuner.update_search_space({"x": {"_type": "randint", "_value": [0, 1000]}})
+    pid = 0
+    for _ in range(12):  # the random initial population and more, all failures
+        tuner.receive_trial_result(pid, tuner.generate_parameters(pid), 0.0)
+        pid += 1
+    star = tuner.generate_parameters(pid)
+    tuner.receive_trial_result(pid, star, 50.0)
+    children = [tuner.generate_parameters(pid + 1 + i)["x"] for i in range(20)]
+    assert all(abs(c - star["x"]) <= 30 for c in children)
+
+
 def test_recombination_follows_eq_2():
     space = SearchSpace({"a": {"_type": "choice", "_value": list(range(50))}, "b": {"_type": "choice", "_value": list(range(50))}})
     rng = np.random.default_rng(0)

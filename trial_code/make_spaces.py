@@ -5,7 +5,8 @@
     python -m trial_code.make_spaces --family matmul --shape n=256 m=768 k=3072 --name BERT_FFN
 
 For each workload it writes ``search_spaces/<name>.cuda.json`` and ``<name>.cpu.json`` and,
-for every tuner of ``TUNERS`` (OpEvo and its peers, paper settings),
+for every tuner of ``TUNERS`` (OpEvo and its peers with the papers' settings, from
+``nni_opevo.catalog``),
 ``experiments/<name>/<tuner>.yml`` (CUDA: trialConcurrency 8, maxTrialNumber 512, as in the
 paper) and ``<tuner>-cpu.yml``; the CPU quickstart goes to ``experiments/quickstart/opevo.yml``.
 Run ``nnictl create --config experiments/<name>/<tuner>.yml`` from the repository root.
@@ -19,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from nni_opevo import catalog
+
 from . import REPO_ROOT, workloads
 from .cli import add_workload_options, workload_from
 from .templates import for_workload
@@ -27,22 +30,8 @@ from .workloads import Workload
 
 
 
-def _tuner(class_name: str, **class_args: Any) -> dict[str, Any]:
-    # className tuners need a codeDirectory in NNI 3.0; the checkout root also finds an uninstalled nni_opevo.
-    return {"className": f"nni_opevo.{class_name}", "codeDirectory": "../..",
-            "classArgs": {"optimize_mode": "maximize", **class_args} if class_name != "ChoiceViewTuner" else class_args}
-
-
-TUNERS: dict[str, tuple[str, dict[str, Any]]] = {
-    "opevo": ("OpEvo", _tuner("OpEvoTuner", parents_size=8, offspring_size=8, mutate_rate=0.5)),
-    "gbfs": ("G-BFS", _tuner("GBFSTuner", num_samples=5)),
-    "na2c": ("N-A2C", _tuner("NA2CTuner", max_steps=3)),
-    "autotvm": ("AutoTVM XGBoost+SA (needs the xgboost extra)", _tuner("AutoTVMTuner", plan_size=64)),
-    "nose": ("NoSE", _tuner("NoSETuner", population_size=100)),
-    "tpe": ("NNI TPE over factor/perm listed as choices",
-            _tuner("ChoiceViewTuner", tuner="TPE", tuner_args={"optimize_mode": "maximize"})),
-}
-"""File stem -> (description, NNI tuner config), with the papers' settings."""
+TUNERS = ("opevo", "gbfs", "na2c", "autotvm", "nose", "tpe")
+"""The catalog entries that get an experiment per workload (paper settings)."""
 QUICKSTART = "MM_small"
 
 
@@ -57,13 +46,13 @@ def experiment(workload: Workload, kind: str, trials: int, concurrency: int, tri
                    f"--family {workload.family} --name {workload.name} --shape "
                    + " ".join(f"{k}={v}" for k, v in workload.shape.items()))
     config: dict[str, Any] = {
-        "experimentName": f"{workload.name} {TUNERS[tuner][0].split(' (')[0]} ({kind})",
+        "experimentName": f"{workload.name} {catalog.CATALOG[tuner].description} ({kind})",
         "searchSpaceFile": f"../../search_spaces/{workload.name}.{kind}.json",
         "trialCommand": f"python3 -m trial_code.trial {shape_flags} --target {kind}{trial_flags}",
         "trialCodeDirectory": "../..",
         "trialConcurrency": concurrency,
         "maxTrialNumber": trials,
-        "tuner": TUNERS[tuner][1],
+        "tuner": tuner_config(tuner),
         "trainingService": {"platform": "local"},
     }
     if kind == "cuda":
@@ -72,6 +61,12 @@ def experiment(workload: Workload, kind: str, trials: int, concurrency: int, tri
         config["trialGpuNumber"] = 1
         config["trainingService"] = {"platform": "local", "useActiveGpu": True, "maxTrialNumberPerGpu": concurrency}
     return config
+
+
+def tuner_config(name: str) -> dict[str, Any]:
+    class_name, class_args = catalog.class_args(name)
+    # className tuners need a codeDirectory in NNI 3.0; the checkout root also finds an uninstalled nni_opevo.
+    return {"className": f"nni_opevo.{class_name}", "codeDirectory": "../..", "classArgs": class_args}
 
 
 def write_yaml(path: str, config: dict[str, Any], comment: str) -> None:
@@ -93,7 +88,8 @@ def write_workload(workload: Workload) -> list[str]:
             handle.write("{\n" + ",\n".join(lines) + "\n}\n")
         written.append(path)
     folder = os.path.join(REPO_ROOT, "experiments", workload.name)
-    for stem, (description, _) in TUNERS.items():
+    for stem in TUNERS:
+        description = catalog.CATALOG[stem].description + (" (needs the xgboost extra)" if stem == "autotvm" else "")
         gpu, cpu = os.path.join(folder, f"{stem}.yml"), os.path.join(folder, f"{stem}-cpu.yml")
         write_yaml(gpu, experiment(workload, "cuda", 512, 8, tuner=stem),
                    f"{description} on {workload.name} on the GPU, as in the OpEvo paper (512 trials, 8 at a time).")

@@ -25,18 +25,10 @@ from typing import Any, Callable
 import numpy as np
 from nni.tuner import Tuner
 
-from nni_opevo import AutoTVMTuner, ChoiceViewTuner, GBFSTuner, NA2CTuner, NoSETuner, OpEvoTuner, SearchSpace
+from nni_opevo import SearchSpace, catalog
 from nni_opevo.synthetic import tiled_matmul
 
-TUNERS: dict[str, Callable[[int], Tuner]] = {
-    "opevo": lambda seed: OpEvoTuner(seed=seed),
-    "opevo-prescreen": lambda seed: OpEvoTuner(prescreen=5, seed=seed),
-    "gbfs": lambda seed: GBFSTuner(seed=seed),
-    "na2c": lambda seed: NA2CTuner(seed=seed),
-    "autotvm": lambda seed: AutoTVMTuner(seed=seed),
-    "nose": lambda seed: NoSETuner(seed=seed),
-    "tpe": lambda seed: ChoiceViewTuner("TPE", {"optimize_mode": "maximize", "seed": seed}),
-}
+TUNERS = ["opevo", "opevo-prescreen", "gbfs", "na2c", "autotvm", "nose", "tpe"]
 
 
 def _one_trial(tuner: Tuner, parameter_id: int, objective: Callable[[dict[str, Any]], float]) -> tuple[float, float]:
@@ -59,7 +51,7 @@ def measure(name: str, checkpoints: list[int], window: int, seed: int) -> None:
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    tuner = TUNERS[name](seed)
+    tuner = catalog.build(name, seed)
     tuner.update_search_space(space)
     done = 0
     for checkpoint in checkpoints:
@@ -83,7 +75,7 @@ def measure(name: str, checkpoints: list[int], window: int, seed: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tuner", choices=sorted(TUNERS), nargs="+", default=sorted(TUNERS))
+    parser.add_argument("--tuner", nargs="+", default=TUNERS, help="catalog names (nni_opevo.catalog)")
     parser.add_argument("--checkpoints", type=int, nargs="+", default=[1000, 10000],
                         help="history sizes (results received) at which to measure")
     parser.add_argument("--window", type=int, default=500, help="calls timed at each checkpoint")

@@ -1,0 +1,87 @@
+"""The comparison benchmark end to end: CSV, resume, replay, live CPU kernels, figures and table."""
+import csv
+import json
+
+import pytest
+
+from trial_code.benchmark.__main__ import main
+from trial_code.benchmark.objectives import UNRECORDED
+from trial_code.benchmark.runner import COLUMNS
+
+
+def rows_of(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def runs_of(rows):
+    out = {}
+    for r in rows:
+        out.setdefault((r["workload"], r["tuner"], r["seed"]), []).append(r)
+    return out
+
+
+def test_tiny_synthetic_benchmark_writes_csv_plots_table_and_resumes(tmp_path):
+    out = tmp_path / "bench"
+    argv = ["--objective", "synthetic", "--workloads", "SYN1", "SYN2", "--tuners", "opevo", "gbfs",
+            "opevo:mutate_rate=0.2", "--seeds", "2", "--budget", "30", "--concurrency", "3", "--out", str(out),
+            "--no-progress"]
+    main(argv)
+    rows = rows_of(out / "trials.csv")
+    assert list(rows[0]) == COLUMNS and len(rows) == 2 * 3 * 2 * 30
+    for run_rows in runs_of(rows).values():
+        assert sorted(int(r["index"]) for r in run_rows) == list(range(30))
+        assert len({r["configuration"] for r in run_rows}) == 30
+        finished = [float(r["finished_s"]) for r in sorted(run_rows, key=lambda r: int(r["index"]))]
+        assert finished == sorted(finished) and finished[-1] > 0
+    for name in ("best_vs_trials.png", "best_vs_time.png", "sweep_opevo_mutate_rate.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    summary = (out / "summary.md").read_text()
+    assert summary.count("| SYN1 |") == 3 and "**" in summary
+    assert json.loads((out / "run.json").read_text())[0]["command"].startswith("python -m trial_code.benchmark")
+
+    # Interrupt: drop the last 12 rows (the end of the last run); the same command completes only those.
+    lines = (out / "trials.csv").read_text().splitlines(keepends=True)
+    (out / "trials.csv").write_text("".join(lines[:-12]))
+    kept = rows_of(out / "trials.csv")
+    main(argv)
+    resumed = rows_of(out / "trials.csv")
+    assert resumed[: len(kept)] == kept and len(resumed) == len(rows)
+    last = runs_of(resumed)[("SYN2", "opevo:mutate_rate=0.2", "1")]
+    assert sorted(int(r["index"]) for r in last) == list(range(30)) and len({r["configuration"] for r in last}) == 30
+    assert len({r["parameter_id"] for r in last}) == 30
+
+
+def test_replay_gives_recorded_values_and_marks_the_unrecorded(tmp_path):
+    live = tmp_path / "recorded"
+    main(["--objective", "synthetic", "--workloads", "SYN1", "--tuners", "opevo", "--seeds", "1", "--budget", "40",
+          "--out", str(live), "--no-progress"])
+    recorded = {r["configuration"]: r for r in rows_of(live / "trials.csv")}
+    replay = tmp_path / "replay"
+    main(["--objective", "recorded", "--record", str(live / "trials.csv"), "--target", "synthetic", "--workloads",
+          "SYN1", "--tuners", "opevo", "gbfs", "--seeds", "1", "--budget", "40", "--out", str(replay), "--no-progress"])
+    rows = rows_of(replay / "trials.csv")
+    same = [r for r in rows if r["tuner"] == "opevo"]
+    assert all(r["configuration"] in recorded and r["tflops"] == recorded[r["configuration"]]["tflops"] for r in same)
+    others = [r for r in rows if r["tuner"] == "gbfs"]
+    assert any(r["status"] == UNRECORDED and float(r["tflops"]) == 0.0 for r in others)
+    assert all(r["status"] == UNRECORDED or r["configuration"] in recorded for r in others)
+    assert "| SYN1 | gbfs |" in (replay / "summary.md").read_text()
+
+
+def test_live_cpu_kernels_run_in_parallel_and_report_real_times(tmp_path):
+    out = tmp_path / "live"
+    main(["--objective", "live", "--target", "cpu", "--workloads", "MM_small", "--tuners", "opevo", "--seeds", "1",
+          "--budget", "4", "--concurrency", "2", "--out", str(out), "--no-progress"])
+    rows = rows_of(out / "trials.csv")
+    assert len(rows) == 4 and all(r["target"] == "llvm" or r["target"] == "cpu" for r in rows)
+    measured = [r for r in rows if r["status"] == "NO_ERROR"]
+    assert all(float(r["tflops"]) > 0 and float(r["seconds"]) > 0 for r in measured)
+    spans = sorted((float(r["started_s"]), float(r["finished_s"])) for r in rows if r["status"] == "NO_ERROR")
+    if len(spans) >= 2:  # two builds at a time: the first two overlap
+        assert spans[1][0] < spans[0][1]
+
+
+def test_unknown_tuner_fails_before_running(tmp_path):
+    with pytest.raises(ValueError, match="unknown tuner 'opevoo'"):
+        main(["--tuners", "opevoo", "--out", str(tmp_path / "x"), "--no-progress"])
