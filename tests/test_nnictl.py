@@ -1,6 +1,7 @@
 """OpEvo under real ``nnictl`` experiments on loopback (NNI 3.0, local training service)."""
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -124,23 +125,51 @@ def test_bad_input_fails_the_experiment_with_a_clear_error(workdir, space, class
         assert exp.parameters() == {}
 
 
-def test_cpu_quickstart_experiment_measures_real_kernels(workdir):
-    """The README's CPU quickstart, as shipped, under a real nnictl with TVM trials."""
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory) -> tuple[Path, dict]:
+    """The README's CPU quickstart, as shipped, run once under a real nnictl with TVM trials:
+    (the stopped experiment's folder, its results)."""
     import yaml
 
+    workdir = tmp_path_factory.mktemp("quickstart")
     repo = HERE.parent
     cfg = yaml.safe_load((repo / "experiments/quickstart/opevo.yml").read_text())
     cfg["searchSpaceFile"] = str(repo / "experiments/quickstart" / cfg["searchSpaceFile"])
     cfg["trialCodeDirectory"] = cfg["tuner"]["codeDirectory"] = str(repo)
     cfg["trialCommand"] = cfg["trialCommand"].replace("python3", sys.executable, 1)
-    trials = cfg["maxTrialNumber"]
     with Experiment(workdir, cfg) as exp:
         status = exp.wait(timeout=900)
         assert status["status"] in ("DONE", "NO_MORE_TRIAL"), status
         results = exp.results()
-    assert len(results) == trials, "every trial reports, failures included"
+    assert len(results) == cfg["maxTrialNumber"], "every trial reports, failures included"
+    return workdir / "nni" / exp.id, results
+
+
+def test_cpu_quickstart_experiment_measures_real_kernels(quickstart):
+    _, results = quickstart
+    trials = len(results)
     assert all(set(r) == {"default", "latency_ms", "status", "build_s", "error"} for r in results.values())
     feasible = [r for r in results.values() if r["status"] != "INSTANTIATION_ERROR"]
     measured = [r for r in feasible if r["default"] > 0 and r["status"] == "NO_ERROR"]
     assert len(feasible) >= trials // 2
     assert len(measured) >= 0.9 * len(feasible), [r for r in feasible if r not in measured]
+
+
+def test_export_rebuilds_and_remeasures_the_best_of_a_stopped_experiment(quickstart, tmp_path):
+    """``trial_code.export`` reads the stopped experiment's own database (NNI is not running),
+    re-measures the top-k with more repeats and writes the winner with its LLVM source."""
+    folder, results = quickstart
+    out = tmp_path / "export"
+    done = subprocess.run([sys.executable, "-m", "trial_code.export", str(folder), "--top-k", "3", "--repeat", "3",
+                           "--min-repeat-ms", "5", "--out", str(out)], cwd=HERE.parent, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    best = json.loads((out / "best.json").read_text())
+    top3 = sorted((r["default"] for r in results.values()), reverse=True)[:3]
+    assert best["reported"] == results[best["parameter_id"]], "the winner's result is its own trial's"
+    assert best["reported"]["default"] in top3
+    assert best["remeasured"]["repeats"] == 3 and best["remeasured"]["tflops"] > 0
+    assert best["workload"]["name"] == "MM_small" and best["target"]["kind"] == "llvm"
+    assert "define" in (out / "best.ll").read_text(), "LLVM IR of the kernel"
+    rows = [line for line in (out / "top_k.md").read_text().splitlines()[2:] if line]
+    assert len(rows) == 3 and len(list((out / "kernels").iterdir())) == 3
+    assert f"parameter {best['parameter_id']}" in done.stdout

@@ -34,6 +34,7 @@ class Result:
     build_s: float | None = None
     error: str = ""
     total_s: float = 0.0
+    repeats_ms: tuple[float, ...] = ()
 
     def report(self) -> dict[str, Any]:
         """The dict for ``nni.report_final_result``: 'default' is TFLOPS, 0.0 on any failure."""
@@ -51,14 +52,16 @@ class Limits:
 
 
 def evaluate(workload: Workload, params: dict[str, Any], target: Target, limits: Limits = Limits(),
-             build_only: bool = False) -> Result:
+             build_only: bool = False, source_path: str | None = None) -> Result:
+    """``source_path``: where to write the generated kernel source (CUDA C or LLVM IR) once built."""
     start = time.perf_counter()
-    result = _evaluate(workload, params, target, limits, build_only)
+    result = _evaluate(workload, params, target, limits, build_only, source_path)
     result.total_s = time.perf_counter() - start
     return result
 
 
-def _evaluate(workload: Workload, params: dict[str, Any], target: Target, limits: Limits, build_only: bool) -> Result:
+def _evaluate(workload: Workload, params: dict[str, Any], target: Target, limits: Limits, build_only: bool,
+              source_path: str | None) -> Result:
     template = for_workload(workload)
     try:
         template.check(workload, params, target)
@@ -68,7 +71,8 @@ def _evaluate(workload: Workload, params: dict[str, Any], target: Target, limits
         return Result(Status.RUNTIME_DEVICE, error="no CUDA device is visible here "
                       f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); use target cpu")
     job = {"workload": workload.to_json(), "params": params, "target": target.to_json(), "seed": limits.seed,
-           "repeat": limits.repeat, "min_repeat_ms": limits.min_repeat_ms, "build_only": build_only}
+           "repeat": limits.repeat, "min_repeat_ms": limits.min_repeat_ms, "build_only": build_only,
+           "source_path": source_path}
     with tempfile.TemporaryFile("w+") as stderr:
         events, returncode, timed_out = _run_worker(job, limits, stderr)
         stderr.seek(0)
@@ -88,7 +92,7 @@ def _evaluate(workload: Workload, params: dict[str, Any], target: Target, limits
             return Result(Status.NO_ERROR, build_s=build_s)
         latency = last["latency_s"]
         return Result(Status.NO_ERROR, tflops=template.flops(workload) / latency / 1e12, latency_ms=latency * 1e3,
-                      build_s=build_s)
+                      build_s=build_s, repeats_ms=tuple(r * 1e3 for r in last["repeats_s"]))
     # The worker died without a verdict: a crash inside TVM, the compiler or the kernel.
     how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
     status = (Status.RUNTIME_DEVICE if "measuring" in phases

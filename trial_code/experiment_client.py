@@ -1,16 +1,19 @@
-"""Read a running (or finished, not yet stopped) NNI 3.0 experiment through its REST API.
+"""Read an NNI 3.0 experiment: live through its REST API, or from its own database file.
 
 Results are matched to configurations by the parameter id of each FINAL metric: NNI 3.0 may
-attach hyper-parameters to the wrong trial job in its listings (microsoft/nni#5726), but a
-metric's parameter id, and the id inside each hyper-parameter record, are the ones that ran.
+attach hyper-parameters to the wrong trial job in its listings and events (microsoft/nni#5726),
+but a metric's parameter id, and the id inside each hyper-parameter record, are the ones that
+ran. Both sources hold the same records, so one ``Ranking`` reads either.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+import sqlite3
 import sys
 import urllib.request
-from typing import Any
+from typing import Any, Iterable, NamedTuple
 
 NNICTL = [sys.executable, "-m", "nni.tools.nnictl.nnictl"]
 ENDED = ("DONE", "ERROR", "STOPPED")
@@ -23,7 +26,47 @@ def created_id(nnictl_create_output: str) -> str | None:
     return found.group(1) if found else None
 
 
-class ExperimentClient:
+class Trial(NamedTuple):
+    """One reported trial: its 'default' value (-inf when it has none), configuration and full result."""
+    value: float
+    parameter_id: int
+    parameters: dict[str, Any]
+    result: Any
+
+
+class Ranking:
+    """Matching by parameter id, shared by both sources; they supply the raw records."""
+
+    def parameter_records(self) -> Iterable[str]:
+        """Every hyper-parameter record (JSON with ``parameter_id`` and ``parameters``)."""
+        raise NotImplementedError
+
+    def final_metrics(self) -> Iterable[tuple[str, str]]:
+        """(parameter id, data) of every FINAL metric, data as NNI stores it (JSON of a JSON string)."""
+        raise NotImplementedError
+
+    def parameters(self) -> dict[int, dict[str, Any]]:
+        """parameter id -> the parameters the tuner generated for it."""
+        out = {}
+        for text in self.parameter_records():
+            record = json.loads(text)
+            out[int(record["parameter_id"])] = record["parameters"]
+        return out
+
+    def results(self) -> dict[int, Any]:
+        """parameter id -> the final result its trial reported."""
+        return {int(pid): json.loads(json.loads(data)) for pid, data in self.final_metrics()}
+
+    def ranked(self) -> list[Trial]:
+        """Every reported trial, highest 'default' (TFLOPS) first."""
+        params, results = self.parameters(), self.results()
+        rows = [Trial(_default(result), pid, params[pid], result) for pid, result in results.items() if pid in params]
+        return sorted(rows, key=lambda row: -row.value)
+
+
+class ExperimentClient(Ranking):
+    """A running experiment (or a stopped one shown again by ``nnictl view``) on ``port``."""
+
     def __init__(self, port: int, host: str = "127.0.0.1") -> None:
         self.base = f"http://{host}:{port}/api/v1/nni/"
 
@@ -43,28 +86,39 @@ class ExperimentClient:
         turns DONE): it has finished once no trial is left running."""
         return status["status"] in ENDED or (status["status"] in NO_MORE and not self.running_trials())
 
-    def parameters(self) -> dict[int, dict[str, Any]]:
-        """parameter id -> the parameters the tuner generated for it."""
-        out = {}
+    def parameter_records(self) -> Iterable[str]:
         for trial in self.get("trial-jobs"):
-            for record in trial.get("hyperParameters", []):
-                record = json.loads(record)
-                out[int(record["parameter_id"])] = record["parameters"]
-        return out
+            yield from trial.get("hyperParameters", [])
 
-    def results(self) -> dict[int, Any]:
-        """parameter id -> the final result its trial reported."""
-        out = {}
-        for metric in self.get("metric-data"):
-            if metric["type"] == "FINAL":
-                out[int(metric["parameterId"])] = json.loads(json.loads(metric["data"]))
-        return out
+    def final_metrics(self) -> Iterable[tuple[str, str]]:
+        return [(m["parameterId"], m["data"]) for m in self.get("metric-data") if m["type"] == "FINAL"]
 
-    def ranked(self) -> list[tuple[float, dict[str, Any], Any]]:
-        """(default value, parameters, full result) of every reported trial, best first."""
-        params, results = self.parameters(), self.results()
-        rows = [(_default(result), params[pid], result) for pid, result in results.items() if pid in params]
-        return sorted(rows, key=lambda row: row[0], reverse=True)
+
+class ExperimentDatabase(Ranking):
+    """An experiment's folder (``<experimentWorkingDirectory>/<id>``), read from ``db/nni.sqlite``
+    without NNI running: a finished experiment can be exported long after ``nnictl stop``, and a
+    running one read while NNI writes (SQLite readers see committed rows only)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        path = os.path.join(folder, "db", "nni.sqlite")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{folder} is not an NNI experiment folder: it has no db/nni.sqlite")
+        self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+
+    def profile(self) -> dict[str, Any]:
+        """The experiment's configuration (its newest revision): trialCommand, searchSpace, tuner..."""
+        row = self.db.execute("SELECT params FROM ExperimentProfile ORDER BY revision DESC LIMIT 1").fetchone()
+        if row is None:
+            raise ValueError(f"experiment {self.folder} has no profile in its database yet")
+        return json.loads(row[0])
+
+    def parameter_records(self) -> Iterable[str]:
+        rows = self.db.execute("SELECT data FROM TrialJobEvent WHERE event IN ('WAITING', 'RUNNING') AND data IS NOT NULL")
+        return [data for (data,) in rows if '"parameter_id"' in data]
+
+    def final_metrics(self) -> Iterable[tuple[str, str]]:
+        return self.db.execute("SELECT parameterId, data FROM MetricData WHERE type = 'FINAL'").fetchall()
 
 
 def _default(result: Any) -> float:

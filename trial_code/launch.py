@@ -6,7 +6,7 @@
 It starts the experiment with ``nnictl create``, prints the web UI's address, reports progress
 until the experiment ends, then prints the best configuration with its TFLOPS and writes it to
 ``best.json`` in the experiment's folder. The experiment stays up for the web UI until
-``nnictl stop <id>``.
+``nnictl stop <id>``; ``python -m trial_code.export <id>`` then writes the kernel's source.
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def main() -> None:
     ranked = client.ranked()
     if not ranked:
         raise SystemExit("no trial reported a result; see the trial logs in the web UI")
-    value, params, result = ranked[0]
+    value, _, params, result = ranked[0]
     folder = os.path.join(os.path.expanduser("~/nni-experiments"), experiment_id)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "best.json")
@@ -75,6 +75,7 @@ def main() -> None:
     print(f"best: {value:.4f} TFLOPS, {result.get('latency_ms', 0) or 0:.4f} ms")
     print(f"parameters: {json.dumps(params)}")
     print(f"saved to {path}; the web UI stays up until `nnictl stop {experiment_id}`")
+    print(f"the kernel's source, with the top 5 re-measured: python -m trial_code.export {experiment_id}")
 
 
 if __name__ == "__main__":

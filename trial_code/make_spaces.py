@@ -8,7 +8,9 @@ For each workload it writes ``search_spaces/<name>.cuda.json`` and ``<name>.cpu.
 for every tuner of ``TUNERS`` (OpEvo and its peers with the papers' settings, from
 ``nni_opevo.catalog``),
 ``experiments/<name>/<tuner>.yml`` (CUDA: trialConcurrency 8, maxTrialNumber 512, as in the
-paper) and ``<tuner>-cpu.yml``; the CPU quickstart goes to ``experiments/quickstart/opevo.yml``.
+paper) and ``<tuner>-cpu.yml``; the CPU quickstart goes to ``experiments/quickstart/opevo.yml``,
+and OpEvo on MM1 scaled out to ``experiments/scale-out/multi-gpu.yml`` (four GPUs of one
+machine) and ``remote.yml`` (GPUs of other machines over SSH; fill in the hosts).
 Run ``nnictl create --config experiments/<name>/<tuner>.yml`` from the repository root.
 """
 from __future__ import annotations
@@ -33,6 +35,8 @@ from .workloads import Workload
 TUNERS = ("opevo", "gbfs", "na2c", "autotvm", "nose", "tpe")
 """The catalog entries that get an experiment per workload (paper settings)."""
 QUICKSTART = "MM_small"
+PER_GPU = 8
+"""Trials in flight per GPU, as in the paper: they build in parallel and take turns measuring."""
 
 
 def space_path(workload: Workload, kind: str) -> str:
@@ -59,7 +63,8 @@ def experiment(workload: Workload, kind: str, trials: int, concurrency: int, tri
         # NNI sets CUDA_VISIBLE_DEVICES per trial; concurrent trials share the GPU (builds run in
         # parallel, measurements take turns through the per-device lock).
         config["trialGpuNumber"] = 1
-        config["trainingService"] = {"platform": "local", "useActiveGpu": True, "maxTrialNumberPerGpu": concurrency}
+        config["trainingService"] = {"platform": "local", "useActiveGpu": True,
+                                     "maxTrialNumberPerGpu": min(concurrency, PER_GPU)}
     return config
 
 
@@ -107,6 +112,29 @@ def write_quickstart() -> str:
     return path
 
 
+def write_scale_out() -> list[str]:
+    """OpEvo on MM1 over several GPUs. The trial code is the same: NNI gives each trial one GPU
+    through CUDA_VISIBLE_DEVICES, the measurement lock is per GPU (and per machine), so each GPU
+    times one kernel at a time while up to PER_GPU trials build for it."""
+    workload = workloads.NAMED["MM1"]
+    folder = os.path.join(REPO_ROOT, "experiments", "scale-out")
+    gpus = [0, 1, 2, 3]
+    local = experiment(workload, "cuda", 512, PER_GPU * len(gpus))
+    local["experimentName"] = "MM1 OpEvo on 4 GPUs of one machine"
+    local["trainingService"]["gpuIndices"] = gpus
+    hosts = ["gpu-node-1.example", "gpu-node-2.example"]
+    remote = experiment(workload, "cuda", 512, PER_GPU * len(hosts))
+    remote["experimentName"] = "MM1 OpEvo on the GPUs of 2 machines over SSH"
+    remote["trainingService"] = {"platform": "remote", "machineList": [
+        {"host": host, "user": "tuner", "sshKeyFile": "~/.ssh/id_ed25519", "pythonPath": "/opt/nni-opevo/.venv/bin",
+         "useActiveGpu": True, "maxTrialNumberPerGpu": PER_GPU, "gpuIndices": [0]} for host in hosts]}
+    paths = [os.path.join(folder, "multi-gpu.yml"), os.path.join(folder, "remote.yml")]
+    write_yaml(paths[0], local, f"OpEvo on MM1 on GPUs {gpus} of this machine, {PER_GPU} trials per GPU (docs/scaling.md).")
+    write_yaml(paths[1], remote, "OpEvo on MM1 on one GPU of each of two machines over SSH: set host, user, "
+               "sshKeyFile, pythonPath (docs/scaling.md).")
+    return paths
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_workload_options(parser)
@@ -117,7 +145,7 @@ def main() -> None:
         chosen = list(workloads.NAMED.values())
     written = [path for workload in chosen for path in write_workload(workload)]
     if not (args.workload or args.family):
-        written.append(write_quickstart())
+        written += [write_quickstart(), *write_scale_out()]
     for path in written:
         print(os.path.relpath(path, REPO_ROOT))
 

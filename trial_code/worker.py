@@ -60,6 +60,9 @@ def run(job: dict[str, Any]) -> None:
         device_side = any(marker in str(exc) for marker in DEVICE_COMPILE_MARKERS)
         return fail("COMPILE_DEVICE" if device_side else "COMPILE_HOST", exc)
     emit("built", build_s=time.perf_counter() - start)
+    if job.get("source_path"):
+        with open(job["source_path"], "w") as handle:
+            handle.write(kernel.source(executable, target))
     if job.get("build_only"):
         return emit("done", status="NO_ERROR", latency_s=None, repeats_s=[])
     with exclusive(target.device):

@@ -1,0 +1,38 @@
+"""``trial_code.export`` pieces that need no experiment: CUDA kernels exported where no GPU is
+visible (built and nvcc-compiled, not timed), and clear errors for what it cannot export."""
+import pytest
+
+from feasible import feasible
+from trial_code import export, targets, workloads
+from trial_code.evaluate import Limits
+from trial_code.experiment_client import ExperimentDatabase, Trial
+from trial_code.status import Status
+
+
+def test_cuda_best_is_exported_as_cuda_source_without_a_gpu(tmp_path):
+    args = export.trial_arguments("python3 -m trial_code.trial --workload MM1 --target cuda --build-timeout 300")
+    assert args.workload == "MM1" and args.build_timeout == 300
+    workload, target = workloads.lookup("MM1"), targets.resolve("cuda")
+    assert not target.has_device, "this test runs where no GPU is visible"
+    trials = [Trial(1.5, 7, feasible(workload, target, seed=0), {"default": 1.5}),
+              Trial(1.2, 3, feasible(workload, target, seed=1), {"default": 1.2})]
+    rows = export.remeasure(trials, args, Limits(build_timeout=300), measured=False, kernels=str(tmp_path))
+    assert [r.status for _, r, _ in rows] == [Status.NO_ERROR, Status.NO_ERROR], [r.error for _, r, _ in rows]
+    assert all(not r.repeats_ms for _, r, _ in rows), "nothing is timed without a GPU"
+    source = (tmp_path / "p7.cu").read_text()
+    assert "__global__" in source and "__shared__" in source
+    winner, _, _ = export.best_of(rows, measured=False)
+    assert winner.parameter_id == 7, "unmeasured: the best reported configuration that builds"
+    assert "| 1 | 7 | 1.5000 | - | - | NO_ERROR | p7.cu |" in export.table(rows, str(tmp_path))
+
+
+def test_a_foreign_trial_command_is_refused_by_name():
+    with pytest.raises(SystemExit, match="trialCommand is not trial_code.trial: 'python3 train.py --lr 0.1'"):
+        export.trial_arguments("python3 train.py --lr 0.1")
+
+
+def test_an_unknown_experiment_is_named(tmp_path):
+    with pytest.raises(SystemExit, match="no experiment 'nosuch'.*experimentWorkingDirectory"):
+        export.experiment_folder("nosuch", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="has no db/nni.sqlite"):
+        ExperimentDatabase(str(tmp_path))

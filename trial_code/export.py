@@ -1,0 +1,164 @@
+"""Export an experiment's best kernel: ``python -m trial_code.export EXPERIMENT [--top-k 5] [--repeat 30]``.
+
+EXPERIMENT is an experiment id (looked up under ``--root``, NNI's default ``~/nni-experiments``)
+or the experiment's folder. It is read from its own database, so this works while the
+experiment runs and long after ``nnictl stop``, without starting NNI. The workload and target
+come from the experiment's trial command (``python -m trial_code.trial --workload ...``).
+
+The top-k configurations by the TFLOPS their trials reported are rebuilt and re-measured with
+more repetitions (a trial times a kernel briefly, so close configurations swap places by
+noise), one at a time. Written to ``--out`` (default ``<experiment folder>/export``):
+
+- ``best.json``: the winner after re-measurement, with its parameters, the trial's result, the
+  re-measured median/min/max, the workload, target and trial command;
+- ``best.cu`` (CUDA) or ``best.ll`` (CPU, LLVM IR): the winner's generated kernel source;
+- ``kernels/p<parameter id>.<ext>``: the source of every re-measured configuration;
+- ``top_k.md``: the table of reported against re-measured TFLOPS.
+
+Where the experiment ran on a GPU that this machine lacks, the kernels are built and compiled
+with nvcc (their sources exported) but not re-measured, and the ranking stays the reported one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import statistics
+from collections import Counter
+from typing import Any
+
+from . import targets
+from . import trial as trial_cli
+from .cli import workload_from
+from .evaluate import Limits, Result, evaluate
+from .experiment_client import ExperimentDatabase, Trial
+from .status import Status
+
+TRIAL_MODULE = "trial_code.trial"
+
+
+def experiment_folder(experiment: str, root: str) -> str:
+    """The folder of an experiment given by id or path."""
+    if os.path.isdir(experiment):
+        return experiment
+    folder = os.path.join(os.path.expanduser(root), experiment)
+    if not os.path.isdir(folder):
+        raise SystemExit(f"no experiment {experiment!r}: neither a folder nor an id under {root} "
+                         f"(pass the folder when the experiment set experimentWorkingDirectory)")
+    return folder
+
+
+def trial_arguments(trial_command: str) -> argparse.Namespace:
+    """The trial's own options, parsed by the trial's parser from the experiment's trial command."""
+    words = shlex.split(trial_command)
+    if TRIAL_MODULE not in words:
+        raise SystemExit(f"the experiment's trialCommand is not {TRIAL_MODULE}: {trial_command!r}; "
+                         "export rebuilds kernels of this project's trial code only")
+    return trial_cli.parse(words[words.index(TRIAL_MODULE) + 1:])
+
+
+def remeasure(trials: list[Trial], args: argparse.Namespace, limits: Limits, measured: bool,
+              kernels: str) -> list[tuple[Trial, Result, str]]:
+    """Rebuild (and with ``measured``, re-time) each configuration, writing its source under ``kernels``."""
+    workload, target = workload_from(args), targets.resolve(args.target)
+    extension = "cu" if target.kind == "cuda" else "ll"
+    os.makedirs(kernels, exist_ok=True)
+    out = []
+    for rank, trial in enumerate(trials, 1):
+        source = os.path.join(kernels, f"p{trial.parameter_id}.{extension}")
+        result = evaluate(workload, trial.parameters, target, limits, build_only=not measured, source_path=source)
+        spread = (f", {min(result.repeats_ms):.4f}-{max(result.repeats_ms):.4f} ms over {len(result.repeats_ms)}"
+                  if result.repeats_ms else "")
+        print(f"  {rank}/{len(trials)} parameter {trial.parameter_id}: reported {trial.value:.4f} TFLOPS, "
+              f"now {result.status.name} {result.tflops:.4f} TFLOPS{spread}", flush=True)
+        out.append((trial, result, source))
+    return out
+
+
+def best_of(rows: list[tuple[Trial, Result, str]], measured: bool) -> tuple[Trial, Result, str]:
+    """The winner: by re-measured TFLOPS where re-measured, else the best reported that still builds."""
+    built = [row for row in rows if row[1].status is Status.NO_ERROR]
+    if not built:
+        raise SystemExit("none of the top configurations builds here any more: " +
+                         "; ".join(f"parameter {t.parameter_id}: {r.status.name} {r.error}" for t, r, _ in rows))
+    return max(built, key=lambda row: row[1].tflops) if measured else built[0]
+
+
+def table(rows: list[tuple[Trial, Result, str]], out: str) -> str:
+    lines = ["| rank | parameter id | reported TFLOPS | re-measured TFLOPS | latency median (min-max) ms | status | source |",
+             "|---:|---:|---:|---:|---|---|---|"]
+    for rank, (trial, result, source) in enumerate(rows, 1):
+        latency = (f"{result.latency_ms:.4f} ({min(result.repeats_ms):.4f}-{max(result.repeats_ms):.4f})"
+                   if result.repeats_ms else "-")
+        measured = f"{result.tflops:.4f}" if result.repeats_ms else "-"
+        lines.append(f"| {rank} | {trial.parameter_id} | {trial.value:.4f} | {measured} | {latency} | "
+                     f"{result.status.name} | {os.path.relpath(source, out)} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary(result: Result) -> dict[str, Any] | None:
+    if not result.repeats_ms:
+        return None
+    return {"tflops": result.tflops, "latency_ms_median": result.latency_ms, "latency_ms_min": min(result.repeats_ms),
+            "latency_ms_max": max(result.repeats_ms), "latency_ms_stdev": statistics.pstdev(result.repeats_ms),
+            "repeats": len(result.repeats_ms)}
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("experiment", help="experiment id or folder")
+    parser.add_argument("--root", default="~/nni-experiments", help="where NNI keeps experiments (default %(default)s)")
+    parser.add_argument("--out", help="output folder (default: <experiment folder>/export)")
+    parser.add_argument("--top-k", type=int, default=5, help="configurations to re-measure (default %(default)s)")
+    parser.add_argument("--repeat", type=int, default=30, help="timed repeats per configuration (default %(default)s)")
+    parser.add_argument("--min-repeat-ms", type=int, default=100, help="each repeat lasts at least this long")
+    parser.add_argument("--target", help="override the trial command's target (auto, cpu, cuda)")
+    args = parser.parse_args(argv)
+    if args.top_k < 1 or args.repeat < 1 or args.min_repeat_ms < 0:
+        parser.error("--top-k and --repeat must be >= 1, --min-repeat-ms >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    folder = experiment_folder(args.experiment, args.root)
+    database = ExperimentDatabase(folder)
+    profile = database.profile()
+    trial_args = trial_arguments(profile["trialCommand"])
+    if args.target:
+        trial_args.target = args.target
+    ranked = database.ranked()
+    succeeded = [t for t in ranked if t.value > 0]
+    if not succeeded:
+        statuses = Counter(t.result.get("status", "?") if isinstance(t.result, dict) else "?" for t in ranked)
+        raise SystemExit(f"no trial of {folder} reported a working kernel ({len(ranked)} reported: "
+                         f"{dict(statuses) or 'none'}); see the trial logs in the web UI")
+    target = targets.resolve(trial_args.target)
+    measured = target.kind == "cpu" or target.has_device
+    out = os.path.abspath(args.out or os.path.join(folder, "export"))
+    print(f"{len(ranked)} trials reported, {len(succeeded)} working; "
+          f"{'re-measuring' if measured else 'rebuilding (no GPU here: not re-measuring)'} the top "
+          f"{min(args.top_k, len(succeeded))} on {target.kind}", flush=True)
+    limits = Limits(trial_args.build_timeout, trial_args.run_timeout, args.repeat, args.min_repeat_ms)
+    rows = remeasure(succeeded[:args.top_k], trial_args, limits, measured, os.path.join(out, "kernels"))
+    trial, result, source = best_of(rows, measured)
+    best_source = os.path.join(out, "best" + os.path.splitext(source)[1])
+    shutil.copyfile(source, best_source)
+    record = {"experiment": os.path.basename(os.path.normpath(folder)), "trial_command": profile["trialCommand"],
+              "workload": workload_from(trial_args).to_json(), "target": target.tvm_target(),
+              "parameter_id": trial.parameter_id, "parameters": trial.parameters, "reported": trial.result,
+              "remeasured": summary(result), "source": os.path.basename(best_source)}
+    with open(os.path.join(out, "best.json"), "w") as handle:
+        json.dump(record, handle, indent=2)
+    with open(os.path.join(out, "top_k.md"), "w") as handle:
+        handle.write(table(rows, out))
+    now = f"{result.tflops:.4f} TFLOPS re-measured" if measured else "not re-measured"
+    print(f"best: parameter {trial.parameter_id}, {trial.value:.4f} TFLOPS reported, {now}")
+    print(f"parameters: {json.dumps(trial.parameters)}")
+    print(f"wrote {out}/best.json, {os.path.basename(best_source)}, top_k.md and kernels/")
+
+
+if __name__ == "__main__":
+    main()
