@@ -1,8 +1,10 @@
-"""NNI's built-in tuners (TPE, Random, Evolution, Anneal, ...) on spaces with ``factor`` and
-``perm`` parameters: the space they see lists every factorization and every order as a
-``choice`` of labels (the value as JSON text, e.g. "[64, 2, 4, 2]": NNI's tuners accept only
-numbers and strings as options), and the label they pick reaches the trial as the exact
-factor or perm value (a list), checked against the space.
+"""NNI's built-in tuners (TPE, Random, Evolution, Anneal, ...) on spaces with ``factor``,
+``perm`` and ``discrete`` parameters, the types NNI does not know: the space they see lists
+every factorization and every order as a ``choice`` of labels (the value as JSON text, e.g.
+"[64, 2, 4, 2]": NNI's tuners accept only numbers and strings as options), and the label they
+pick reaches the trial as the exact factor or perm value (a list), checked against the space.
+A ``discrete`` set of numbers becomes a ``choice`` of those numbers (NNI would otherwise read
+an unknown type as a uniform range between its first two values).
 
 Listing is only sensible for small sets: a parameter with more values than ``max_choices``
 is refused with its name, its size and what to use instead. Every other type, nested choices
@@ -22,7 +24,7 @@ from nni.tools.package_utils import tuner_factory
 from nni.tuner import Tuner
 
 from . import class_args, fatal
-from .parameters import ChoiceParameter, FactorParameter, Parameter, PermParameter, SpaceError
+from .parameters import ChoiceParameter, DiscreteParameter, FactorParameter, Parameter, PermParameter, SpaceError
 from .search_space import SearchSpace
 
 _logger = logging.getLogger(__name__)
@@ -110,6 +112,8 @@ class ChoiceViewTuner(Tuner):
             param = space.by_key[(*prefix, name)].param
             if isinstance(param, LISTED):
                 out[name] = {"_type": "choice", "_value": self._values(param)}
+            elif isinstance(param, DiscreteParameter):
+                out[name] = {"_type": "choice", "_value": list(param.values)}
             elif isinstance(param, ChoiceParameter) and param.nested:
                 options = [self._listed(option, space, (*prefix, name, i)) for i, option in enumerate(spec["_value"])]
                 out[name] = {**spec, "_value": options}

@@ -322,12 +322,30 @@ def test_choice_view_maps_values_back_exactly(builtin, args, nested):
         assert isinstance(t.parameters["f"], list) and isinstance(t.parameters["p"], list)
 
 
+@pytest.mark.parametrize("builtin,args", [
+    ("TPE", {"optimize_mode": "maximize", "seed": 0}),
+    ("Random", {"seed": 0}),
+    ("Evolution", {"optimize_mode": "maximize", "population_size": 8}),
+    ("Anneal", {"optimize_mode": "maximize"}),
+])
+def test_choice_view_proposes_only_the_numbers_of_a_discrete(builtin, args):
+    """``discrete`` is ours: NNI reads an unknown type as a uniform range between its first two
+    values (TPE proposed unroll steps like 2.07 from [0, 125, 256], every kernel refused)."""
+    space_json = {"f": {"_type": "factor", "_value": [16, 2]}, "unroll": {"_type": "discrete", "_value": [256, 0, 125]}}
+    run = drive(ChoiceViewTuner(builtin, args), space_json, lambda p: float(p["f"][0] + p["unroll"] / 100), 30,
+                concurrency=2, seed=0)
+    assert len(run.trials) >= 15
+    assert {t.parameters["unroll"] for t in run.trials} <= {0, 125, 256}
+
+
 def test_choice_view_lists_factor_and_perm_as_string_choices():
     tuner = ChoiceViewTuner("Random", {"seed": 1})
     captured = {}
     tuner.inner.update_search_space = lambda s: captured.update(s)  # see what the built-in receives
     tuner.update_search_space({"f": {"_type": "factor", "_value": [8, 2]}, "p": {"_type": "perm", "_value": ["i", "j"]},
-                               "x": {"_type": "uniform", "_value": [0, 1]}})
+                               "x": {"_type": "uniform", "_value": [0, 1]},
+                               "d": {"_type": "discrete", "_value": [4, 1, 2]}})
+    assert captured["d"] == {"_type": "choice", "_value": [1, 2, 4]}
     assert captured["f"] == {"_type": "choice", "_value": ["[8, 1]", "[4, 2]", "[2, 4]", "[1, 8]"]}
     assert captured["p"] == {"_type": "choice", "_value": ['["i", "j"]', '["j", "i"]']}
     assert captured["x"] == {"_type": "uniform", "_value": [0, 1]}
