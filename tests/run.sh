@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Set up .venv (nni==3.0, numpy, scipy, apache-tvm, pytest, hypothesis, playwright), install
-# Debian's chromium for the web UI test when it is missing, and run the whole test suite.
+# the Debian packages some tests drive when they are missing, and run the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v chromium >/dev/null; then
+# Debian packages for the web UI test (chromium) and the remote training service test (sshd).
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     else
-        echo "chromium is missing and cannot be installed here (needs root and apt-get): the web UI test is skipped" >&2
+        echo "missing ${missing[*]} and cannot install them here (needs root and apt-get): their tests are skipped" >&2
     fi
 fi
 python3 -m venv .venv

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from abc import ABC, abstractmethod
 import re
 import sqlite3
 import sys
@@ -34,16 +35,16 @@ class Trial(NamedTuple):
     result: Any
 
 
-class Ranking:
+class Ranking(ABC):
     """Matching by parameter id, shared by both sources; they supply the raw records."""
 
+    @abstractmethod
     def parameter_records(self) -> Iterable[str]:
         """Every hyper-parameter record (JSON with ``parameter_id`` and ``parameters``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def final_metrics(self) -> Iterable[tuple[str, str]]:
         """(parameter id, data) of every FINAL metric, data as NNI stores it (JSON of a JSON string)."""
-        raise NotImplementedError
 
     def parameters(self) -> dict[int, dict[str, Any]]:
         """parameter id -> the parameters the tuner generated for it."""

@@ -122,11 +122,14 @@ def write_scale_out() -> list[str]:
     local = experiment(workload, "cuda", 512, PER_GPU * len(gpus))
     local["experimentName"] = "MM1 OpEvo on 4 GPUs of one machine"
     local["trainingService"]["gpuIndices"] = gpus
-    hosts = ["gpu-node-1.example", "gpu-node-2.example"]
+    hosts, bin_dir = ["gpu-node-1.example", "gpu-node-2.example"], "/opt/nni-opevo/.venv/bin"
     remote = experiment(workload, "cuda", 512, PER_GPU * len(hosts))
     remote["experimentName"] = "MM1 OpEvo on the GPUs of 2 machines over SSH"
+    # The interpreter by absolute path: NNI puts pythonPath first on PATH, but the shell that
+    # runs each trial reads ~/.bashrc over SSH, and a pyenv or conda init there shadows it.
+    remote["trialCommand"] = remote["trialCommand"].replace("python3", f"{bin_dir}/python", 1)
     remote["trainingService"] = {"platform": "remote", "machineList": [
-        {"host": host, "user": "tuner", "sshKeyFile": "~/.ssh/id_ed25519", "pythonPath": "/opt/nni-opevo/.venv/bin",
+        {"host": host, "user": "tuner", "sshKeyFile": "~/.ssh/id_ed25519", "pythonPath": bin_dir,
          "useActiveGpu": True, "maxTrialNumberPerGpu": PER_GPU, "gpuIndices": [0]} for host in hosts]}
     paths = [os.path.join(folder, "multi-gpu.yml"), os.path.join(folder, "remote.yml")]
     write_yaml(paths[0], local, f"OpEvo on MM1 on GPUs {gpus} of this machine, {PER_GPU} trials per GPU (docs/scaling.md).")
