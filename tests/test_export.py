@@ -16,7 +16,8 @@ def test_cuda_best_is_exported_as_cuda_source_without_a_gpu(tmp_path):
     assert not target.has_device, "this test runs where no GPU is visible"
     trials = [Trial(1.5, 7, feasible(workload, target, seed=0), {"default": 1.5}),
               Trial(1.2, 3, feasible(workload, target, seed=1), {"default": 1.2})]
-    rows = export.remeasure(trials, args, Limits(build_timeout=300), measured=False, kernels=str(tmp_path))
+    rows = export.remeasure(trials, workload, target, Limits(build_timeout=args.build_timeout), measured=False,
+                            kernels=str(tmp_path))
     assert [r.status for _, r, _ in rows] == [Status.NO_ERROR, Status.NO_ERROR], [r.error for _, r, _ in rows]
     assert all(not r.repeats_ms for _, r, _ in rows), "nothing is timed without a GPU"
     source = (tmp_path / "p7.cu").read_text()

@@ -35,6 +35,8 @@ from .cli import workload_from
 from .evaluate import Limits, Result, evaluate
 from .experiment_client import ExperimentDatabase, Trial
 from .status import Status
+from .targets import Target
+from .workloads import Workload
 
 TRIAL_MODULE = "trial_code.trial"
 
@@ -59,10 +61,9 @@ def trial_arguments(trial_command: str) -> argparse.Namespace:
     return trial_cli.parse(words[words.index(TRIAL_MODULE) + 1:])
 
 
-def remeasure(trials: list[Trial], args: argparse.Namespace, limits: Limits, measured: bool,
+def remeasure(trials: list[Trial], workload: Workload, target: Target, limits: Limits, measured: bool,
               kernels: str) -> list[tuple[Trial, Result, str]]:
     """Rebuild (and with ``measured``, re-time) each configuration, writing its source under ``kernels``."""
-    workload, target = workload_from(args), targets.resolve(args.target)
     extension = "cu" if target.kind == "cuda" else "ll"
     os.makedirs(kernels, exist_ok=True)
     out = []
@@ -135,19 +136,19 @@ def main(argv: list[str] | None = None) -> None:
         statuses = Counter(t.result.get("status", "?") if isinstance(t.result, dict) else "?" for t in ranked)
         raise SystemExit(f"no trial of {folder} reported a working kernel ({len(ranked)} reported: "
                          f"{dict(statuses) or 'none'}); see the trial logs in the web UI")
-    target = targets.resolve(trial_args.target)
+    workload, target = workload_from(trial_args), targets.resolve(trial_args.target)
     measured = target.kind == "cpu" or target.has_device
     out = os.path.abspath(args.out or os.path.join(folder, "export"))
     print(f"{len(ranked)} trials reported, {len(succeeded)} working; "
           f"{'re-measuring' if measured else 'rebuilding (no GPU here: not re-measuring)'} the top "
           f"{min(args.top_k, len(succeeded))} on {target.kind}", flush=True)
     limits = Limits(trial_args.build_timeout, trial_args.run_timeout, args.repeat, args.min_repeat_ms)
-    rows = remeasure(succeeded[:args.top_k], trial_args, limits, measured, os.path.join(out, "kernels"))
+    rows = remeasure(succeeded[:args.top_k], workload, target, limits, measured, os.path.join(out, "kernels"))
     trial, result, source = best_of(rows, measured)
     best_source = os.path.join(out, "best" + os.path.splitext(source)[1])
     shutil.copyfile(source, best_source)
     record = {"experiment": os.path.basename(os.path.normpath(folder)), "trial_command": profile["trialCommand"],
-              "workload": workload_from(trial_args).to_json(), "target": target.tvm_target(),
+              "workload": workload.to_json(), "target": target.tvm_target(),
               "parameter_id": trial.parameter_id, "parameters": trial.parameters, "reported": trial.result,
               "remeasured": summary(result), "source": os.path.basename(best_source)}
     with open(os.path.join(out, "best.json"), "w") as handle:
