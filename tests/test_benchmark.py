@@ -1,5 +1,6 @@
 """The comparison benchmark end to end: CSV, resume, replay, live CPU kernels, figures and table."""
 import csv
+import gzip
 import json
 
 import pytest
@@ -67,6 +68,31 @@ def test_replay_gives_recorded_values_and_marks_the_unrecorded(tmp_path):
     assert any(r["status"] == UNRECORDED and float(r["tflops"]) == 0.0 for r in others)
     assert all(r["status"] == UNRECORDED or r["configuration"] in recorded for r in others)
     assert "| SYN1 | gbfs |" in (replay / "summary.md").read_text()
+
+
+def test_published_gzip_csv_is_reported_and_replayed_but_not_silently_rerun(tmp_path):
+    """docs/results keeps large CSVs as trials.csv.gz: reports and replays read them as they are;
+    a run into that folder is refused (it would start over beside the packed rows)."""
+    out = tmp_path / "published"
+    argv = ["--objective", "synthetic", "--workloads", "SYN1", "--tuners", "opevo", "--seeds", "1", "--budget", "20",
+            "--out", str(out), "--no-progress"]
+    main(argv)
+    plain = out / "trials.csv"
+    summary = (out / "summary.md").read_text()
+    with open(plain, "rb") as source, gzip.open(out / "trials.csv.gz", "wb") as packed:
+        packed.write(source.read())
+    rows = rows_of(plain)
+    plain.unlink()
+    (out / "summary.md").unlink()
+    main(["--report-only", "--out", str(out)])
+    assert (out / "summary.md").read_text() == summary
+    with pytest.raises(SystemExit, match="gunzip -k"):
+        main(argv)
+    assert not plain.exists()
+    replay = tmp_path / "replay"
+    main(["--objective", "recorded", "--record", str(out / "trials.csv.gz"), "--target", "synthetic", "--workloads",
+          "SYN1", "--tuners", "opevo", "--seeds", "1", "--budget", "20", "--out", str(replay), "--no-progress"])
+    assert [r["tflops"] for r in rows_of(replay / "trials.csv")] == [r["tflops"] for r in rows]
 
 
 def test_live_cpu_kernels_run_in_parallel_and_report_real_times(tmp_path):

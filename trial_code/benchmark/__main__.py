@@ -9,7 +9,7 @@
     # the same tuners replayed on those measurements (no device needed)
     python -m trial_code.benchmark --objective recorded --record docs/results/h100/trials.csv --target cuda \\
         --workloads MM1 --tuners opevo opevo:mutate_rate=0.1 opevo:mutate_rate=0.9 --seeds 5 --budget 512 --out /tmp/replay
-    # figures and tables again from a CSV
+    # figures and tables again from a CSV (trials.csv, or trials.csv.gz as published)
     python -m trial_code.benchmark --report-only --out docs/results/h100
 
 Rows go to ``<out>/trials.csv`` as trials finish; running the same command again resumes
@@ -77,7 +77,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--report-only", action="store_true", help="only draw the figures and tables from trials.csv")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    csv_path = args.out / "trials.csv"
+    csv_path, packed = args.out / "trials.csv", args.out / "trials.csv.gz"
+    if packed.exists() and not csv_path.exists():
+        if not args.report_only:
+            raise SystemExit(f"{packed} holds this run's trials compressed: `gunzip -k {packed}` to resume or "
+                             "extend it (or pick another --out)")
+        csv_path = packed
     if not args.report_only:
         for spec in args.tuners:
             catalog.parse(spec)  # an unknown tuner fails before anything runs

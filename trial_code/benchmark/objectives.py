@@ -6,7 +6,6 @@ the simulated clock uses for wall-clock comparisons.
 """
 from __future__ import annotations
 
-import csv
 import json
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -18,6 +17,7 @@ from ..evaluate import Limits, evaluate
 from ..targets import Target
 from ..templates import for_workload
 from ..workloads import lookup
+from .table import read_rows
 
 UNRECORDED = "UNRECORDED"
 """Status of a replayed configuration that no recorded run measured (reported as a failure)."""
@@ -82,10 +82,9 @@ class Recorded(Objective):
     def __init__(self, workload: str, target: str, tables: list[Path]) -> None:
         self._rows: dict[str, dict[str, Any]] = {}
         for table in tables:
-            with open(table, newline="") as handle:
-                for row in csv.DictReader(handle):
-                    if row["workload"] == workload and row["target"] == target and row["status"] != UNRECORDED:
-                        self._rows.setdefault(row["configuration"], row)  # the first measurement of a configuration
+            for row in read_rows(table):
+                if row["workload"] == workload and row["target"] == target and row["status"] != UNRECORDED:
+                    self._rows.setdefault(row["configuration"], row)  # the first measurement of a configuration
         if not self._rows:
             raise ValueError(f"no recorded trials of {workload} on {target} in {', '.join(map(str, tables))}")
         space = for_workload(lookup(workload)).space(lookup(workload), target) if target != "synthetic" \

@@ -21,7 +21,7 @@ import numpy as np
 from nni_opevo import catalog
 
 from .objectives import UNRECORDED
-from .runner import read_rows
+from .table import read_rows
 
 Runs = dict[str, dict[str, dict[str, list[dict[str, str]]]]]  # workload -> tuner -> seed -> rows by index
 

@@ -19,6 +19,7 @@ from nni_opevo import catalog
 from nni_opevo.dispatch import Trial, drive
 
 from .objectives import Objective, config_key
+from .table import read_rows
 
 COLUMNS = ["objective", "workload", "target", "tuner", "seed", "index", "parameter_id", "started_s", "finished_s",
            "tuner_ms", "tflops", "status", "seconds", "configuration"]
@@ -31,13 +32,6 @@ class Plan:
     seeds: list[int]
     budget: int
     concurrency: int
-
-
-def read_rows(path: Path) -> list[dict[str, str]]:
-    if not path.exists():
-        return []
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 class Progress:
