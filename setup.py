@@ -1,4 +1,9 @@
-"""nni-opevo: the OpEvo tuner and its peers for NNI, with TVM trial code for tensor operators."""
+"""nni-opevo: the OpEvo tuner and its peers for NNI, with TVM trial code for tensor operators.
+
+Packages: ``nni_opevo`` (the tuners and the search space; nni, numpy, scipy only), ``trial_code``
+(the NNI trial: TVM kernels, experiments, export; the ``tvm`` extra) and ``benchmarks`` (the
+harness comparing tuners). Tool settings (pytest, ruff) live in pyproject.toml.
+"""
 from setuptools import find_packages, setup
 
 setup(
@@ -8,21 +13,23 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["nni_opevo", "nni_opevo.*"]),
+    packages=find_packages(include=["nni_opevo", "nni_opevo.*", "trial_code", "trial_code.*",
+                                    "benchmarks", "benchmarks.*"]),
     package_data={"nni_opevo": ["registration.yml"]},
     install_requires=["nni==3.0", "numpy", "scipy", "setuptools<82"],
+    entry_points={"console_scripts": ["nni-opevo = trial_code.console:main"]},
     extras_require={
         # The AutoTVM peer's cost model; the CPU-only wheel (5 MB) is enough, and a plain
         # `xgboost` install (same import) works as well.
         "xgboost": ["xgboost-cpu>=2.1"],
-        # The comparison benchmark's figures (python -m trial_code.benchmark).
+        # The comparison benchmark's figures (python -m benchmarks).
         "bench": ["matplotlib>=3.7"],
         # The tests also run NNI's Anneal through ChoiceView (hyperopt), a tiny benchmark, and the
         # web UI in Debian's chromium through Playwright (its own browser downloads are not used).
         "test": ["pytest>=8", "hypothesis>=6", "xgboost-cpu>=2.1", "hyperopt>=0.2.7", "matplotlib>=3.7",
-                 "playwright>=1.40"],
-        # The trial code (trial_code/, run from this checkout by NNI) builds kernels with TVM;
-        # apache-tvm-ffi 0.1.15.post2 segfaults in save_json / MetaSchedule, so it is pinned.
+                 "playwright>=1.40", "ruff>=0.6"],
+        # The trial code builds kernels with TVM; apache-tvm-ffi 0.1.15.post2 segfaults in
+        # save_json / MetaSchedule, so it is pinned.
         "tvm": ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1"],
     },
 )

@@ -11,7 +11,7 @@ next, as the model is refitted; the search stops early when the best set has not
 from __future__ import annotations
 
 import heapq
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

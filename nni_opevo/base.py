@@ -23,13 +23,15 @@ import json
 import logging
 import math
 from abc import abstractmethod
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 import numpy as np
 from nni import NoMoreTrialError
 from nni.tuner import Tuner
 
 from . import fatal
+from .class_args import SearchArgs, document
 from .fitness import Fitness
 from .operators import nearest_unseen
 from .population import Population
@@ -46,9 +48,18 @@ class PopulationTuner(Tuner):
     """Base of the package's tuners (see the module docstring)."""
 
     algorithm = "tuner"  # for log lines
+    Args: ClassVar[type[SearchArgs]] = SearchArgs
+    """The tuner's classArgs declaration (``class_args``): the constructor takes exactly these."""
 
-    def __init__(self, optimize_mode: str, seed: int | None) -> None:
-        self.optimize_mode = optimize_mode
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "Args" in cls.__dict__:
+            document(cls, cls.Args)
+
+    def __init__(self, **class_args: Any) -> None:
+        self.args = self.Args.parse(class_args)
+        self.optimize_mode = self.args.optimize_mode
+        seed = self.args.seed
         self.seed = seed if seed is not None else int(np.random.default_rng().integers(2**31))
         _logger.info("%s seed %d", self.algorithm, self.seed)
         self.rng = np.random.default_rng(self.seed)

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from nni import ClassArgsValidator
 from nni.tools.package_utils import tuner_factory
 from nni.tuner import Tuner
 
-from . import class_args, fatal
+from . import fatal
+from .class_args import ClassArgs, Validator, arg, document, fail, mapping, positive_int
 from .parameters import ChoiceParameter, DiscreteParameter, FactorParameter, Parameter, PermParameter, SpaceError
 from .search_space import SearchSpace
 
@@ -32,61 +34,54 @@ _logger = logging.getLogger(__name__)
 LISTED = (FactorParameter, PermParameter)
 
 
-def _validate(kwargs: dict[str, Any]) -> dict[str, Any]:
-    class_args.reject_unknown({"tuner", "tuner_args", "max_choices"}, kwargs)
-    name = kwargs.get("tuner", "TPE")
+def builtin_name(name: str, value: Any) -> str:
     known = tuner_factory._get_all_builtin_names("tuners")
-    if not isinstance(name, str) or name.lower() not in known:
-        raise ValueError(f"classArg 'tuner' must name an NNI built-in tuner ({', '.join(sorted(known))}), got {name!r}")
-    tuner_args = kwargs.get("tuner_args") or {}
-    if not isinstance(tuner_args, dict):
-        raise ValueError(f"classArg 'tuner_args' must be a mapping of the built-in tuner's classArgs, got {tuner_args!r}")
-    return {"tuner": name, "tuner_args": tuner_args,
-            "max_choices": class_args.positive_int("max_choices", kwargs.get("max_choices", 10_000))}
+    if not isinstance(value, str) or value.lower() not in known:
+        raise fail(name, f"must name an NNI built-in tuner ({', '.join(sorted(known))})", value)
+    return value
 
 
-def _builtin(kwargs: dict[str, Any]) -> Tuner:
+@dataclass(frozen=True)
+class ChoiceViewArgs(ClassArgs):
+    tuner: str = arg("TPE", builtin_name, "the built-in tuner's name, as in `tuner: {name: ...}`")
+    tuner_args: dict = arg({}, mapping, "its classArgs, e.g. `{optimize_mode: maximize, seed: 1}`")
+    max_choices: int = arg(10_000, positive_int, "the most values a factor or perm may have to be listed as a choice")
+
+    def check(self) -> None:
+        _builtin(self)
+
+
+def _builtin(args: ChoiceViewArgs) -> Tuner:
     """The built-in tuner the classArgs name, built with its own classArgs; ValueError naming
     the classArg when either is wrong."""
-    args = _validate(kwargs)
     try:
-        validator = tuner_factory.create_validator_instance("tuners", args["tuner"])
+        validator = tuner_factory.create_validator_instance("tuners", args.tuner)
     except ImportError as e:
-        raise ValueError(f"classArg 'tuner': NNI's {args['tuner']} needs the '{e.name}' package, which is not "
+        raise ValueError(f"classArg 'tuner': NNI's {args.tuner} needs the '{e.name}' package, which is not "
                          f"installed: pip install {e.name}") from e
     try:
         # NNI's validators raise schema errors; a built-in without one (TPE) checks in its constructor.
         if validator is not None:
-            validator.validate_class_args(**args["tuner_args"])
-        return tuner_factory.create_builtin_class_instance(args["tuner"], dict(args["tuner_args"]), "tuners")
+            validator.validate_class_args(**args.tuner_args)
+        return tuner_factory.create_builtin_class_instance(args.tuner, dict(args.tuner_args), "tuners")
     except Exception as e:
-        raise ValueError(f"classArg 'tuner_args' is not valid for {args['tuner']}: {type(e).__name__}: {e}") from e
+        raise ValueError(f"classArg 'tuner_args' is not valid for {args.tuner}: {type(e).__name__}: {e}") from e
 
 
-class ChoiceViewClassArgsValidator(ClassArgsValidator):
-    def validate_class_args(self, **kwargs: Any) -> None:
-        _builtin(kwargs)
+class ChoiceViewClassArgsValidator(Validator):
+    args = ChoiceViewArgs
 
 
 class ChoiceViewTuner(Tuner):
-    """Runs an NNI built-in tuner on a space with factor/perm parameters.
+    """Runs an NNI built-in tuner on a space with factor/perm parameters (see the module docstring)."""
 
-    Parameters
-    ----------
-    tuner
-        The built-in tuner's name, as in ``tuner: {name: ...}`` (default 'TPE').
-    tuner_args
-        Its classArgs (e.g. ``{optimize_mode: maximize, seed: 1}``).
-    max_choices
-        The most values a factor or perm may have to be listed as a choice (10,000).
-    """
+    Args = ChoiceViewArgs
 
-    def __init__(self, tuner: str = "TPE", tuner_args: dict[str, Any] | None = None, max_choices: int = 10_000) -> None:
-        kwargs = dict(tuner=tuner, tuner_args=tuner_args, max_choices=max_choices)
-        args = _validate(kwargs)
-        self.name = args["tuner"]
-        self.max_choices = args["max_choices"]
-        self.inner = _builtin(kwargs)
+    def __init__(self, **class_args: Any) -> None:
+        self.args = ChoiceViewArgs.parse(class_args)
+        self.name = self.args.tuner
+        self.max_choices = self.args.max_choices
+        self.inner = _builtin(self.args)
         self.space: SearchSpace | None = None
         self._issued: set[int] = set()
         self._ended: set[int] = set()
@@ -194,3 +189,6 @@ class ChoiceViewTuner(Tuner):
 
 def _label(value: list[Any]) -> str:
     return json.dumps(value)
+
+
+document(ChoiceViewTuner, ChoiceViewArgs)

@@ -20,48 +20,32 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from dataclasses import dataclass
 from typing import Any
 
-from nni import ClassArgsValidator
-
-from . import class_args
 from .base import PopulationTuner
+from .class_args import SearchArgs, Validator, arg, positive_int
 from .search_space import Config, ConfigKey
 
 
-def _validate(kwargs: dict[str, Any]) -> dict[str, Any]:
-    class_args.reject_unknown({"optimize_mode", "num_samples", "seed"}, kwargs)
-    return {
-        "optimize_mode": class_args.optimize_mode(kwargs.get("optimize_mode", "maximize")),
-        "num_samples": class_args.positive_int("num_samples", kwargs.get("num_samples", 5)),
-        "seed": class_args.seed(kwargs.get("seed")),
-    }
+@dataclass(frozen=True)
+class GBFSArgs(SearchArgs):
+    num_samples: int = arg(5, positive_int, "rho, the random neighbours measured per expanded configuration (paper: 5)")
 
 
-class GBFSClassArgsValidator(ClassArgsValidator):
-    def validate_class_args(self, **kwargs: Any) -> None:
-        _validate(kwargs)
+class GBFSClassArgsValidator(Validator):
+    args = GBFSArgs
 
 
 class GBFSTuner(PopulationTuner):
-    """G-BFS for NNI.
-
-    Parameters
-    ----------
-    optimize_mode
-        'maximize' (default) or 'minimize'.
-    num_samples
-        rho, the random neighbours measured per expanded configuration (paper: 5).
-    seed
-        Seeds the random choice of neighbours; drawn and logged when omitted.
-    """
+    """G-BFS for NNI (see the module docstring)."""
 
     algorithm = "G-BFS"
+    Args = GBFSArgs
+    args: GBFSArgs
 
-    def __init__(self, optimize_mode: str = "maximize", num_samples: int = 5, seed: int | None = None) -> None:
-        args = _validate(dict(optimize_mode=optimize_mode, num_samples=num_samples, seed=seed))
-        super().__init__(args["optimize_mode"], args["seed"])
-        self.num_samples = args["num_samples"]
+    def __init__(self, **class_args: Any) -> None:
+        super().__init__(**class_args)
         self._queue: list[tuple[float, int, ConfigKey]] = []  # (-score, arrival, key): best first
         self._arrival = itertools.count()
         self._expanded: set[ConfigKey] = set()
@@ -108,5 +92,5 @@ class GBFSTuner(PopulationTuner):
         space, _ = self.require_space()
         moves = [space.apply_move(state, action, self.rng) for action in space.moves]
         neighbours = self.fresh((m for m in moves if m is not None), len(moves))
-        picks = self.rng.permutation(len(neighbours))[: self.num_samples]
+        picks = self.rng.permutation(len(neighbours))[: self.args.num_samples]
         return [neighbours[int(i)] for i in picks]

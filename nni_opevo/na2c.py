@@ -24,32 +24,26 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from nni import ClassArgsValidator
 
-from . import class_args
 from .actor_critic import ActorCritic
 from .base import PopulationTuner
+from .class_args import SearchArgs, Validator, arg, open_unit, positive_int, unit
 from .search_space import Config, ConfigKey
 
 STEPS_PER_PROPOSAL = 64
 """Moves tried for one proposal before handing over to ``base``'s nearest unsampled configuration."""
 
 
-def _validate(kwargs: dict[str, Any]) -> dict[str, Any]:
-    class_args.reject_unknown({"optimize_mode", "max_steps", "epsilon", "hidden_size", "learning_rate", "seed"}, kwargs)
-    return {
-        "optimize_mode": class_args.optimize_mode(kwargs.get("optimize_mode", "maximize")),
-        "max_steps": class_args.positive_int("max_steps", kwargs.get("max_steps", 3)),
-        "epsilon": class_args.unit("epsilon", kwargs.get("epsilon", 0.1)),
-        "hidden_size": class_args.positive_int("hidden_size", kwargs.get("hidden_size", 128)),
-        "learning_rate": class_args.open_unit("learning_rate", kwargs.get("learning_rate", 1e-3)),
-        "seed": class_args.seed(kwargs.get("seed")),
-    }
+@dataclass(frozen=True)
+class NA2CArgs(SearchArgs):
+    max_steps: int = arg(3, positive_int, "T, the moves of one episode from the best configuration (paper: 3)")
+    epsilon: float = arg(0.1, unit, "probability of a uniform move instead of the policy's")
+    hidden_size: int = arg(128, positive_int, "hidden units of the actor-critic network")
+    learning_rate: float = arg(1e-3, open_unit, "Adam step size")
 
 
-class NA2CClassArgsValidator(ClassArgsValidator):
-    def validate_class_args(self, **kwargs: Any) -> None:
-        _validate(kwargs)
+class NA2CClassArgsValidator(Validator):
+    args = NA2CArgs
 
 
 @dataclass
@@ -62,40 +56,14 @@ class _Step:
 
 
 class NA2CTuner(PopulationTuner):
-    """N-A2C for NNI.
-
-    Parameters
-    ----------
-    optimize_mode
-        'maximize' (default) or 'minimize'.
-    max_steps
-        T, the moves of one episode from the best configuration (paper: 3).
-    epsilon
-        Probability of a uniform move instead of the policy's (default 0.1).
-    hidden_size, learning_rate
-        The network's hidden units (128) and Adam step size (1e-3).
-    seed
-        Seeds the network's initialization and every move; drawn and logged when omitted.
-    """
+    """N-A2C for NNI (see the module docstring)."""
 
     algorithm = "N-A2C"
+    Args = NA2CArgs
+    args: NA2CArgs
 
-    def __init__(
-        self,
-        optimize_mode: str = "maximize",
-        max_steps: int = 3,
-        epsilon: float = 0.1,
-        hidden_size: int = 128,
-        learning_rate: float = 1e-3,
-        seed: int | None = None,
-    ) -> None:
-        args = _validate(dict(optimize_mode=optimize_mode, max_steps=max_steps, epsilon=epsilon,
-                              hidden_size=hidden_size, learning_rate=learning_rate, seed=seed))
-        super().__init__(args["optimize_mode"], args["seed"])
-        self.max_steps = args["max_steps"]
-        self.epsilon = args["epsilon"]
-        self.hidden_size = args["hidden_size"]
-        self.learning_rate = args["learning_rate"]
+    def __init__(self, **class_args: Any) -> None:
+        super().__init__(**class_args)
         self.network: ActorCritic | None = None
         self._waiting: dict[ConfigKey, _Step] = {}
         self._state: Config | None = None
@@ -104,7 +72,7 @@ class NA2CTuner(PopulationTuner):
     def _rebuild(self) -> None:
         space, _ = self.require_space()
         n_inputs = space.feature_width
-        self.network = ActorCritic(n_inputs, len(space.moves), self.hidden_size, self.learning_rate, self.rng)
+        self.network = ActorCritic(n_inputs, len(space.moves), self.args.hidden_size, self.args.learning_rate, self.rng)
         self._waiting, self._state, self._steps = {}, None, 0
 
     def _observe(self, key: ConfigKey) -> None:
@@ -115,14 +83,14 @@ class NA2CTuner(PopulationTuner):
     def _propose(self) -> Config:
         space, population = self.require_space()
         for _ in range(STEPS_PER_PROPOSAL):
-            if self._state is None or self._steps >= self.max_steps:
+            if self._state is None or self._steps >= self.args.max_steps:
                 best = population.best()
                 self._state, self._steps = (best[0] if best is not None else space.origin()), 0
                 if not self.seen(self._state):
                     return self._state  # the origin, first of all
             step, reached = self._move(self._state)
             if reached is None:
-                self._steps = self.max_steps  # no move applies here: start a new episode
+                self._steps = self.args.max_steps  # no move applies here: start a new episode
                 continue
             self._state, self._steps = reached, self._steps + 1
             key = space.identity(reached)
@@ -143,7 +111,7 @@ class NA2CTuner(PopulationTuner):
         x = _inputs(space.features(state))
         if not mask.any():
             return _Step(x, mask, -1), None
-        if self.rng.random() < self.epsilon:
+        if self.rng.random() < self.args.epsilon:
             valid = np.flatnonzero(mask)
             action = int(valid[self.rng.integers(len(valid))])
         else:

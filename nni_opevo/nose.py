@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from nni import ClassArgsValidator
 
-from . import class_args
 from .base import PopulationTuner
+from .class_args import SearchArgs, Validator, arg, positive_int, positive_real, unit
 from .knn import KnnSurrogate
 from .operators import redraw
 from .search_space import Config, ConfigKey
@@ -33,27 +32,23 @@ BREED_ATTEMPTS = 4
 """Children bred per wanted child at most, to find M unsampled ones late in a search."""
 
 
-def _validate(kwargs: dict[str, Any]) -> dict[str, Any]:
-    class_args.reject_unknown({"optimize_mode", "population_size", "offspring_ratio", "elite_ratio",
-                               "mutate_rate", "k", "seed"}, kwargs)
-    args = {
-        "optimize_mode": class_args.optimize_mode(kwargs.get("optimize_mode", "maximize")),
-        "population_size": class_args.positive_int("population_size", kwargs.get("population_size", 100)),
-        "offspring_ratio": class_args.positive_real("offspring_ratio", kwargs.get("offspring_ratio", 1.5)),
-        "elite_ratio": class_args.positive_real("elite_ratio", kwargs.get("elite_ratio", 0.3)),
-        "mutate_rate": class_args.unit("mutate_rate", kwargs.get("mutate_rate", 0.3)),
-        "k": class_args.positive_int("k", kwargs.get("k", 9)),
-        "seed": class_args.seed(kwargs.get("seed")),
-    }
-    if args["elite_ratio"] >= args["offspring_ratio"]:
-        raise ValueError(f"classArg 'elite_ratio' must be below offspring_ratio ({args['offspring_ratio']}): "
-                         f"the elite E is chosen among the M offspring, got {args['elite_ratio']}")
-    return args
+@dataclass(frozen=True)
+class NoSEArgs(SearchArgs):
+    population_size: int = arg(100, positive_int, "N (paper: 100); also the number of random initial configurations")
+    offspring_ratio: float = arg(1.5, positive_real, "M/N, children bred per generation (paper: 1.5)")
+    elite_ratio: float = arg(0.3, positive_real, "E/N, children measured per generation, the elite among the M "
+                                                 "(paper: 0.3; below offspring_ratio)")
+    mutate_rate: float = arg(0.3, unit, "p, the probability that a child's parameter is redrawn at random (paper: 0.3)")
+    k: int = arg(9, positive_int, "neighbours of the k-NN surrogate (paper: 9)")
+
+    def check(self) -> None:
+        if self.elite_ratio >= self.offspring_ratio:
+            raise ValueError(f"classArg 'elite_ratio' must be below offspring_ratio ({self.offspring_ratio}): "
+                             f"the elite E is chosen among the M offspring, got {self.elite_ratio}")
 
 
-class NoSEClassArgsValidator(ClassArgsValidator):
-    def validate_class_args(self, **kwargs: Any) -> None:
-        _validate(kwargs)
+class NoSEClassArgsValidator(Validator):
+    args = NoSEArgs
 
 
 @dataclass
@@ -66,52 +61,24 @@ class Generation:
 
 
 class NoSETuner(PopulationTuner):
-    """NoSE for NNI.
-
-    Parameters
-    ----------
-    optimize_mode
-        'maximize' (default) or 'minimize'.
-    population_size
-        N (paper: 100); also the number of random initial configurations.
-    offspring_ratio, elite_ratio
-        M/N (1.5) children per generation, of which E/N (0.3) are measured.
-    mutate_rate
-        p, the probability that a child's parameter is redrawn at random (0.3).
-    k
-        Neighbours of the k-NN surrogate (9).
-    seed
-        Seeds every random choice; drawn and logged when omitted.
-    """
+    """NoSE for NNI (see the module docstring)."""
 
     algorithm = "NoSE"
+    Args = NoSEArgs
+    args: NoSEArgs
 
-    def __init__(
-        self,
-        optimize_mode: str = "maximize",
-        population_size: int = 100,
-        offspring_ratio: float = 1.5,
-        elite_ratio: float = 0.3,
-        mutate_rate: float = 0.3,
-        k: int = 9,
-        seed: int | None = None,
-    ) -> None:
-        args = _validate(dict(optimize_mode=optimize_mode, population_size=population_size,
-                              offspring_ratio=offspring_ratio, elite_ratio=elite_ratio,
-                              mutate_rate=mutate_rate, k=k, seed=seed))
-        super().__init__(args["optimize_mode"], args["seed"])
-        self.population_size = args["population_size"]
-        self.n_offspring = max(1, round(args["offspring_ratio"] * self.population_size))
-        self.n_elite = max(1, min(self.n_offspring, round(args["elite_ratio"] * self.population_size)))
-        self.mutate_rate = args["mutate_rate"]
-        self.k = args["k"]
+    def __init__(self, **class_args: Any) -> None:
+        super().__init__(**class_args)
+        size = self.args.population_size
+        self.n_offspring = max(1, round(self.args.offspring_ratio * size))
+        self.n_elite = max(1, min(self.n_offspring, round(self.args.elite_ratio * size)))
         self.surrogate: KnnSurrogate | None = None
         self.generation = Generation()
         self._queue: list[Config] = []
 
     def _rebuild(self) -> None:
         _, population = self.require_space()
-        self.surrogate = KnnSurrogate(population, self.k)
+        self.surrogate = KnnSurrogate(population, self.args.k)
         self._queue = []
 
     def _observe(self, key: ConfigKey) -> None:
@@ -120,7 +87,7 @@ class NoSETuner(PopulationTuner):
 
     def _propose(self) -> Config:
         space, population = self.require_space()
-        if self.n_proposed < self.population_size or population.n_evaluated == 0:
+        if self.n_proposed < self.args.population_size or population.n_evaluated == 0:
             return space.sample(self.rng)
         if not self._queue:
             self.generation = self._breed()
@@ -130,7 +97,7 @@ class NoSETuner(PopulationTuner):
     def _breed(self) -> Generation:
         space, population = self.require_space()
         assert self.surrogate is not None
-        members = [population.records[k].config for k in list(population.evaluated())[: self.population_size]]
+        members = [population.records[k].config for k in list(population.evaluated())[: self.args.population_size]]
         weights = np.array([population.weight(space.identity(c)) for c in members])
         p = weights / weights.sum() if weights.sum() > 0 else np.full(len(members), 1 / len(members))
 
@@ -157,7 +124,7 @@ class NoSETuner(PopulationTuner):
         space, _ = self.require_space()
         out = dict(config)
         for slot in space.slots:
-            if slot.key in out and self.rng.random() < self.mutate_rate:
+            if slot.key in out and self.rng.random() < self.args.mutate_rate:
                 out[slot.key] = redraw(slot.param, out[slot.key], self.rng)
                 out = space.complete(out, self.rng)
         return out

@@ -4,7 +4,7 @@ Both work parameter by parameter on the flat keyed configurations of ``search_sp
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

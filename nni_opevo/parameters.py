@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterator, Sequence
 from itertools import product
-from typing import Any, Hashable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import bisect
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from .fitness import Fitness, objective
 from .search_space import Config, ConfigKey, SearchSpace

@@ -11,7 +11,7 @@ from pathlib import Path
 META = Path(__file__).with_name("registration.yml")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     cmd = [sys.executable, "-m", "nni.tools.nnictl.nnictl", "algo", "register", "--meta", str(META)]
     return subprocess.call(cmd)
 

@@ -8,9 +8,10 @@ inactive ones always sees a choice before the parameters it enables.
 """
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Hashable, Iterator
+from typing import Any
 
 import numpy as np
 

@@ -1,7 +1,7 @@
 """A cheap NNI trial: the synthetic tiled-MatMul objective, reported like a kernel trial."""
 import nni
 
-from nni_opevo.synthetic import tiled_matmul
+from benchmarks.synthetic import tiled_matmul
 
 SHAPE = dict(n=256, m=256, k=256, seed=0)
 

@@ -35,7 +35,8 @@ class Experiment:
         self.id: str | None = None
 
     def nnictl(self, *args: str, timeout: float = 120) -> str:
-        out = subprocess.run([*NNICTL, *args], env=self.env, cwd=self.workdir, capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run([*NNICTL, *args], env=self.env, cwd=self.workdir, capture_output=True, text=True,
+                             timeout=timeout)
         return out.stdout + out.stderr
 
     def __enter__(self) -> Experiment:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Set up .venv (nni==3.0, numpy, scipy, apache-tvm, pytest, hypothesis, playwright), install
-# the Debian packages some tests drive when they are missing, and run the whole test suite.
+# Set up .venv (nni==3.0, numpy, scipy, apache-tvm, pytest, hypothesis, playwright, ruff), install
+# the Debian packages some tests drive when they are missing, lint, and run the whole test suite,
+# naming each test as it runs. Extra arguments go to pytest: `bash tests/run.sh -m "not slow"` is
+# the edit-test loop (under 3 minutes), `bash tests/run.sh tests/test_opevo.py` one file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Debian packages for the web UI test (chromium) and the remote training service test (sshd).
@@ -17,5 +19,6 @@ fi
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade 'pip' 'setuptools<82'
 .venv/bin/python -m pip install -q -e '.[test,tvm]'
-export PATH="$PWD/.venv/bin:$PATH"
-exec .venv/bin/python -m pytest -q tests "$@"
+export PATH="$PWD/.venv/bin:$PATH"  # NNI runs trials with `python3` from PATH
+.venv/bin/ruff check .
+exec .venv/bin/python -m pytest -v --durations=20 "$@"

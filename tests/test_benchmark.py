@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from trial_code.benchmark.__main__ import main
-from trial_code.benchmark.objectives import UNRECORDED
-from trial_code.benchmark.runner import COLUMNS
+from benchmarks.__main__ import main
+from benchmarks.objectives import UNRECORDED
+from benchmarks.runner import COLUMNS
 
 
 def rows_of(path):
@@ -39,7 +39,7 @@ def test_tiny_synthetic_benchmark_writes_csv_plots_table_and_resumes(tmp_path):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
     summary = (out / "summary.md").read_text()
     assert summary.count("| SYN1 |") == 3 and "**" in summary
-    assert json.loads((out / "run.json").read_text())[0]["command"].startswith("python -m trial_code.benchmark")
+    assert json.loads((out / "run.json").read_text())[0]["command"].startswith("python -m benchmarks")
 
     # Interrupt: drop the last 12 rows (the end of the last run); the same command completes only those.
     lines = (out / "trials.csv").read_text().splitlines(keepends=True)
@@ -95,6 +95,7 @@ def test_published_gzip_csv_is_reported_and_replayed_but_not_silently_rerun(tmp_
     assert [r["tflops"] for r in rows_of(replay / "trials.csv")] == [r["tflops"] for r in rows]
 
 
+@pytest.mark.slow
 def test_live_cpu_kernels_run_in_parallel_and_report_real_times(tmp_path):
     out = tmp_path / "live"
     main(["--objective", "live", "--target", "cpu", "--workloads", "MM_small", "--tuners", "opevo", "--seeds", "1",

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from nni_experiment import Experiment, free_port
 
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 SSHD = "/usr/sbin/sshd"
 TRIALS = 4
@@ -33,9 +33,12 @@ if not (os.path.exists(SSHD) and shutil.which("ssh-keygen")) and not os.environ.
 
 @pytest.fixture
 def sshd(tmp_path):
-    """(port, private key) of an sshd that accepts only that key, for this user, on 127.0.0.1."""
+    """(port, private key, home) of an sshd that accepts only that key, for this user, on
+    127.0.0.1, with HOME set to a folder of the test's own (where NNI's remote side writes)."""
     keys = tmp_path / "ssh"
     keys.mkdir()
+    home = tmp_path / "remote-home"
+    home.mkdir()
     for name in ("host", "client"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / name)], check=True)
     (keys / "authorized_keys").write_text((keys / "client.pub").read_text())
@@ -44,20 +47,21 @@ def sshd(tmp_path):
     config.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {keys / 'host'}\n"
                       f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPasswordAuthentication no\n"
                       f"KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\n"
-                      f"UsePAM no\nPidFile {keys / 'sshd.pid'}\nSubsystem sftp internal-sftp\n")
+                      f"UsePAM no\nPidFile {keys / 'sshd.pid'}\nSubsystem sftp internal-sftp -d {home}\n"
+                      f"SetEnv HOME={home}\n")
     os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
     server = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=open(keys / "sshd.log", "w"))
     deadline = time.time() + 10
     while "Server listening" not in (keys / "sshd.log").read_text():
         assert server.poll() is None and time.time() < deadline, (keys / "sshd.log").read_text()
         time.sleep(0.1)
-    yield port, keys / "client"
+    yield port, keys / "client", home
     server.terminate()
     server.wait(timeout=10)
 
 
 def test_remote_training_service_runs_the_unchanged_trial_code(sshd, tmp_path):
-    port, key = sshd
+    port, key, home = sshd
     path = ROOT / "experiments/scale-out/remote.yml"
     cfg = yaml.safe_load(path.read_text())
     cfg["searchSpaceFile"] = str(ROOT / "search_spaces/MM_small.cpu.json")
@@ -79,8 +83,9 @@ def test_remote_training_service_runs_the_unchanged_trial_code(sshd, tmp_path):
         status = exp.wait(timeout=600)
         assert status["status"] in ("DONE", "NO_MORE_TRIAL"), (status, exp.dispatcher_log())
         params, results = exp.parameters(), exp.results()
-    # What the "remote" side kept: NNI's remote folder is the SSH user's ~/nni-experiments.
-    shutil.rmtree(Path.home() / "nni-experiments" / str(exp.id), ignore_errors=True)
+    # The "remote" side wrote under the SSH session's HOME, the test's folder, not the real home.
+    assert (home / "nni-experiments" / str(exp.id)).is_dir()
+    assert not (Path.home() / "nni-experiments" / str(exp.id)).exists()
     assert len(results) == TRIALS and set(results) <= set(params)
     assert [r["status"] for r in results.values()].count("NO_ERROR") >= TRIALS // 2, results
     assert all(r["default"] > 0 for r in results.values() if r["status"] == "NO_ERROR")

@@ -33,7 +33,8 @@ MALFORMED = [
     ({"x": {"_type": "choice", "_value": 3}}, "x", "must be a list"),
     ({"x": {"_type": "choice", "_value": [{"_name": "a"}, {"_name": "a"}]}}, "x", "names must be distinct"),
     ({"x": {"_type": "choice", "_value": [{"_name": 1}, {"_name": 2}]}}, "x", "_name must be a string"),
-    ({"m": {"_type": "choice", "_value": [{"_name": "a", "y": {"_type": "randint", "_value": [3, 3]}}]}}, "m.y", "low must be < high"),
+    ({"m": {"_type": "choice", "_value": [{"_name": "a", "y": {"_type": "randint", "_value": [3, 3]}}]}}, "m.y",
+     "low must be < high"),
     ({"x": {"_type": "discrete", "_value": []}}, "x", "non-empty list"),
     ({"x": {"_type": "discrete", "_value": [1, "a"]}}, "x", "finite numbers"),
     ({"x": {"_type": "discrete", "_value": [1, 2, 1]}}, "x", "distinct"),
@@ -119,7 +120,8 @@ def test_trial_values_have_nni_types_and_grids():
     nested = [p["nest"] for p in ours]
     assert {n["_name"] for n in nested} == {"conv", "pool"}
     assert all(set(n) == ({"_name", "k", "f"} if n["_name"] == "conv" else {"_name"}) for n in nested)
-    assert {p["c"] if not isinstance(p["c"], (list, dict)) else str(p["c"]) for p in ours} == {0, 1, "x", "[1, 2]", "{'a': 1}"}
+    shown = {p["c"] if not isinstance(p["c"], (list, dict)) else str(p["c"]) for p in ours}
+    assert shown == {0, 1, "x", "[1, 2]", "{'a': 1}"}
 
 
 def _grid(space, name):
@@ -166,7 +168,8 @@ leaf_specs = st.one_of(
     st.one_of(st.integers(-1, 6), st.lists(st.integers(0, 5), max_size=5)).map(lambda v: {"_type": "perm", "_value": v}),
     st.lists(st.one_of(st.integers(-5, 5), st.floats(allow_nan=True, allow_infinity=True)), max_size=5)
     .map(lambda v: {"_type": "discrete", "_value": v}),
-    st.lists(st.one_of(st.integers(), st.text(max_size=3), st.none()), max_size=4).map(lambda v: {"_type": "choice", "_value": v}),
+    st.lists(st.one_of(st.integers(), st.text(max_size=3), st.none()), max_size=4)
+    .map(lambda v: {"_type": "choice", "_value": v}),
     st.tuples(st.sampled_from(["randint", "uniform", "loguniform", "normal", "lognormal"]),
               st.lists(st.one_of(st.integers(-10, 10), st.floats(-10, 10)), min_size=1, max_size=3))
     .map(lambda t: {"_type": t[0], "_value": t[1]}),

@@ -3,21 +3,22 @@ built, run and checked against NumPy, and every failure status from a matching b
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-
 from feasible import feasible
+
 from trial_code import kernel, measure, targets, workloads
 from trial_code.evaluate import Limits, evaluate
 from trial_code.status import Status
 from trial_code.templates import for_workload
 from trial_code.trial import parse, run
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 CPU = targets.cpu()
 CUDA = targets.Target("cuda", device="cuda-none", has_device=False, **targets.H100)
 SMALL = [
@@ -29,8 +30,10 @@ SMALL = [
                    kernel_h=3, kernel_w=5, stride=2, padding=2),
 ]
 CUDA_WORKLOADS = SMALL + [workloads.lookup(name) for name in ("MM1", "BMM2", "C1", "C2")]
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
 
 
+@needs_nvcc
 @pytest.mark.parametrize("workload", CUDA_WORKLOADS, ids=lambda w: w.name)
 def test_cuda_kernel_generates_and_compiles_to_cubin(workload):
     params = feasible(workload, CUDA, seed=1)
@@ -41,6 +44,7 @@ def test_cuda_kernel_generates_and_compiles_to_cubin(workload):
     assert cubin[:4] == b"\x7fELF"  # a CUDA binary for sm_90a
 
 
+@needs_nvcc
 def test_cuda_shared_memory_matches_the_static_estimate():
     """The static check's shared-memory figure is what the generated kernel declares, so
     feasibility is decided right without building."""
@@ -148,6 +152,7 @@ def test_run_timeout_kills_a_kernel_that_runs_too_long():
     assert result.status is Status.RUN_TIMEOUT and result.build_s is not None
 
 
+@pytest.mark.skipif(targets.cuda().has_device, reason="a GPU is visible here")
 def test_cuda_trial_without_a_gpu_reports_runtime_device():
     workload = workloads.lookup("MM_small")
     result = evaluate(workload, feasible(workload, CUDA), CUDA)
@@ -165,6 +170,7 @@ def test_target_tvm_cannot_generate_for_is_compile_host():
     assert result.status is Status.COMPILE_HOST and "sm_1" in result.error
 
 
+@needs_nvcc
 def test_cuda_code_nvcc_rejects_is_compile_device():
     # TVM generates CUDA C for sm_20; no nvcc of the last decade compiles for it.
     workload = workloads.lookup("MM_small")
@@ -226,22 +232,32 @@ def test_every_named_workload_has_a_parseable_space_with_feasible_points():
             feasible(workload, target)
 
 
-def test_make_spaces_for_a_custom_shape(tmp_path):
+def test_make_spaces_for_a_custom_shape_and_a_peer_tuner(tmp_path):
     out = subprocess.run([sys.executable, "-m", "trial_code.make_spaces", "--family", "batch_matmul", "--name",
-                          "pytest_custom", "--shape", "batch=3", "n=12", "m=20", "k=8", "layout=NT"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+                          "pytest_custom", "--shape", "batch=3", "n=12", "m=20", "k=8", "layout=NT",
+                          "--tuner", "opevo", "gbfs", "--root", str(tmp_path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
     written = out.stdout.split()
-    try:
-        assert "search_spaces/pytest_custom.cuda.json" in written and "experiments/pytest_custom/opevo.yml" in written
-        space = json.loads((ROOT / "search_spaces/pytest_custom.cuda.json").read_text())
-        assert space["tile_b"]["_value"] == [3, 2] and space["tile_k"]["_value"] == [8, 3]
-        config = (ROOT / "experiments/pytest_custom/opevo.yml").read_text()
-        assert "--family batch_matmul --name pytest_custom --shape batch=3 layout=NT n=12 m=20 k=8" in config \
-            or "--shape batch=3 n=12 m=20 k=8 layout=NT" in config
-    finally:
-        for path in written:
-            (ROOT / path).unlink(missing_ok=True)
-        (ROOT / "experiments/pytest_custom").rmdir()
+    assert written == ["search_spaces/pytest_custom.cuda.json", "search_spaces/pytest_custom.cpu.json",
+                       "experiments/pytest_custom/opevo.yml", "experiments/pytest_custom/opevo-cpu.yml",
+                       "experiments/pytest_custom/gbfs.yml", "experiments/pytest_custom/gbfs-cpu.yml"]
+    space = json.loads((tmp_path / "search_spaces/pytest_custom.cuda.json").read_text())
+    assert space["tile_b"]["_value"] == [3, 2] and space["tile_k"]["_value"] == [8, 3]
+    import yaml
+
+    config = yaml.safe_load((tmp_path / "experiments/pytest_custom/gbfs.yml").read_text())
+    assert config["trialCommand"] == ("python3 -m trial_code.trial --family batch_matmul --name pytest_custom "
+                                      "--shape batch=3 n=12 m=20 k=8 layout=NT --target cuda")
+    assert config["tuner"]["className"] == "nni_opevo.GBFSTuner"
+    assert config["searchSpaceFile"] == str(tmp_path / "search_spaces/pytest_custom.cuda.json")
+    assert config["trialCodeDirectory"] == str(ROOT), "the checkout's trial code, by absolute path"
+
+
+def test_make_spaces_refuses_an_unknown_tuner(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "trial_code.make_spaces", "--workload", "MM1", "--tuner", "nosee",
+                          "--root", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--tuner nosee: unknown tuner 'nosee'" in out.stderr
+    assert not any(tmp_path.iterdir())
 
 
 def test_bad_workload_shapes_are_clear_errors():
@@ -253,15 +269,16 @@ def test_bad_workload_shapes_are_clear_errors():
         workloads.make("conv2d", in_channels=1, height=2, width=2, out_channels=1, kernel_h=5)
 
 
-def test_target_auto_is_cpu_without_a_gpu_and_names_the_lock():
-    assert targets.resolve("auto") == CPU if targets.cuda().has_device is False else True
-    assert targets.resolve("cuda").kind == "cuda"
+def test_target_auto_is_the_gpu_when_visible_else_the_cpu():
+    gpu = targets.cuda()
+    assert targets.resolve("auto") == (gpu if gpu.has_device else CPU)
+    assert targets.resolve("cuda").kind == "cuda" and targets.resolve("cpu") == CPU
     with pytest.raises(ValueError, match="target must be auto, cpu or cuda"):
         targets.resolve("tpu")
 
 
 def test_tuner_package_never_imports_tvm():
-    code = "import sys, nni_opevo, nni_opevo.dispatch, nni_opevo.synthetic; assert 'tvm' not in sys.modules"
+    code = "import sys, nni_opevo, benchmarks.dispatch, benchmarks.synthetic; assert 'tvm' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 

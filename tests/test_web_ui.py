@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from nni_experiment import Experiment
 
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Chromium on a machine with no network: no background connections, no sandbox as root.

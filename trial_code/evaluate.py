@@ -42,7 +42,7 @@ class Result:
                 "build_s": self.build_s, "error": self.error}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Limits:
     build_timeout: float = 120.0
     run_timeout: float = 60.0
@@ -51,7 +51,8 @@ class Limits:
     seed: int = 0
 
 
-def evaluate(workload: Workload, params: dict[str, Any], target: Target, limits: Limits = Limits(),
+DEFAULT_LIMITS = Limits()
+def evaluate(workload: Workload, params: dict[str, Any], target: Target, limits: Limits = DEFAULT_LIMITS,
              build_only: bool = False, source_path: str | None = None) -> Result:
     """``source_path``: where to write the generated kernel source (CUDA C or LLVM IR) once built."""
     start = time.perf_counter()

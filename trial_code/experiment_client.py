@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-from abc import ABC, abstractmethod
 import re
 import sqlite3
 import sys
 import urllib.request
-from typing import Any, Iterable, NamedTuple
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 NNICTL = [sys.executable, "-m", "nni.tools.nnictl.nnictl"]
 ENDED = ("DONE", "ERROR", "STOPPED")

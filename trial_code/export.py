@@ -9,8 +9,9 @@ The top-k configurations by the TFLOPS their trials reported are rebuilt and re-
 more repetitions (a trial times a kernel briefly, so close configurations swap places by
 noise), one at a time. Written to ``--out`` (default ``<experiment folder>/export``):
 
-- ``best.json``: the winner after re-measurement, with its parameters, the trial's result, the
-  re-measured median/min/max, the workload, target and trial command;
+- ``best.json``: the winner after re-measurement (``best``'s schema, shared with the launcher),
+  with its parameters, the trial's result, the re-measured median/min/max, the workload, target,
+  trial command and the whole ranking;
 - ``best.cu`` (CUDA) or ``best.ll`` (CPU, LLVM IR): the winner's generated kernel source;
 - ``kernels/p<parameter id>.<ext>``: the source of every re-measured configuration;
 - ``top_k.md``: the table of reported against re-measured TFLOPS.
@@ -27,10 +28,12 @@ import shlex
 import shutil
 import statistics
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from . import targets
 from . import trial as trial_cli
+from .best import Best
 from .cli import workload_from
 from .evaluate import Limits, Result, evaluate
 from .experiment_client import ExperimentDatabase, Trial
@@ -88,7 +91,8 @@ def best_of(rows: list[tuple[Trial, Result, str]], measured: bool) -> tuple[Tria
 
 
 def table(rows: list[tuple[Trial, Result, str]], out: str) -> str:
-    lines = ["| rank | parameter id | reported TFLOPS | re-measured TFLOPS | latency median (min-max) ms | status | source |",
+    lines = ["| rank | parameter id | reported TFLOPS | re-measured TFLOPS | latency median (min-max) ms | status "
+             "| source |",
              "|---:|---:|---:|---:|---|---|---|"]
     for rank, (trial, result, source) in enumerate(rows, 1):
         latency = (f"{result.latency_ms:.4f} ({min(result.repeats_ms):.4f}-{max(result.repeats_ms):.4f})"
@@ -107,14 +111,63 @@ def summary(result: Result) -> dict[str, Any] | None:
             "repeats": len(result.repeats_ms)}
 
 
+@dataclass(frozen=True)
+class Options:
+    top_k: int = 5
+    repeat: int = 30
+    min_repeat_ms: int = 100
+    target: str | None = None  # overrides the trial command's
+
+
+def export(folder: str, options: Options, out: str | None = None) -> Best:
+    """Re-measure the experiment's top-k configurations and write the winner to ``out``
+    (default ``<folder>/export``); see the module docstring."""
+    database = ExperimentDatabase(folder)
+    profile = database.profile()
+    trial_args = trial_arguments(profile["trialCommand"])
+    if options.target:
+        trial_args.target = options.target
+    ranked = database.ranked()
+    succeeded = [t for t in ranked if t.value > 0]
+    if not succeeded:
+        statuses = Counter(t.result.get("status", "?") if isinstance(t.result, dict) else "?" for t in ranked)
+        raise SystemExit(f"no trial of {folder} reported a working kernel ({len(ranked)} reported: "
+                         f"{dict(statuses) or 'none'}); see the trial logs in the web UI")
+    workload, target = workload_from(trial_args), targets.resolve(trial_args.target)
+    measured = target.kind != "cuda" or target.has_device
+    out = os.path.abspath(out or os.path.join(folder, "export"))
+    print(f"{len(ranked)} trials reported, {len(succeeded)} working; "
+          f"{'re-measuring' if measured else 'rebuilding (no GPU here: not re-measuring)'} the top "
+          f"{min(options.top_k, len(succeeded))} on {target.kind}", flush=True)
+    limits = Limits(trial_args.build_timeout, trial_args.run_timeout, options.repeat, options.min_repeat_ms)
+    rows = remeasure(succeeded[:options.top_k], workload, target, limits, measured, os.path.join(out, "kernels"))
+    trial, result, source = best_of(rows, measured)
+    best_source = os.path.join(out, "best" + os.path.splitext(source)[1])
+    shutil.copyfile(source, best_source)
+    ranking = [{"parameter_id": t.parameter_id, "reported_tflops": t.value,
+                "remeasured_tflops": r.tflops if r.repeats_ms else None, "status": r.status.name} for t, r, _ in rows]
+    best = Best(experiment=os.path.basename(os.path.normpath(folder)), trial_command=profile["trialCommand"],
+                workload=workload.to_json(), target=target.to_json(), parameter_id=trial.parameter_id,
+                parameters=trial.parameters, reported=trial.result, remeasured=summary(result),
+                not_remeasured=None if measured else "no CUDA device is visible here",
+                source=os.path.basename(best_source), ranking=ranking)
+    best.write(out)
+    with open(os.path.join(out, "top_k.md"), "w") as handle:
+        handle.write(table(rows, out))
+    return best
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("experiment", help="experiment id or folder")
     parser.add_argument("--root", default="~/nni-experiments", help="where NNI keeps experiments (default %(default)s)")
     parser.add_argument("--out", help="output folder (default: <experiment folder>/export)")
-    parser.add_argument("--top-k", type=int, default=5, help="configurations to re-measure (default %(default)s)")
-    parser.add_argument("--repeat", type=int, default=30, help="timed repeats per configuration (default %(default)s)")
-    parser.add_argument("--min-repeat-ms", type=int, default=100, help="each repeat lasts at least this long")
+    parser.add_argument("--top-k", type=int, default=Options.top_k,
+                        help="configurations to re-measure (default %(default)s)")
+    parser.add_argument("--repeat", type=int, default=Options.repeat,
+                        help="timed repeats per configuration (default %(default)s)")
+    parser.add_argument("--min-repeat-ms", type=int, default=Options.min_repeat_ms,
+                        help="each repeat lasts at least this long (default %(default)s)")
     parser.add_argument("--target", help="override the trial command's target (auto, cpu, cuda)")
     args = parser.parse_args(argv)
     if args.top_k < 1 or args.repeat < 1 or args.min_repeat_ms < 0:
@@ -125,40 +178,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     folder = experiment_folder(args.experiment, args.root)
-    database = ExperimentDatabase(folder)
-    profile = database.profile()
-    trial_args = trial_arguments(profile["trialCommand"])
-    if args.target:
-        trial_args.target = args.target
-    ranked = database.ranked()
-    succeeded = [t for t in ranked if t.value > 0]
-    if not succeeded:
-        statuses = Counter(t.result.get("status", "?") if isinstance(t.result, dict) else "?" for t in ranked)
-        raise SystemExit(f"no trial of {folder} reported a working kernel ({len(ranked)} reported: "
-                         f"{dict(statuses) or 'none'}); see the trial logs in the web UI")
-    workload, target = workload_from(trial_args), targets.resolve(trial_args.target)
-    measured = target.kind == "cpu" or target.has_device
     out = os.path.abspath(args.out or os.path.join(folder, "export"))
-    print(f"{len(ranked)} trials reported, {len(succeeded)} working; "
-          f"{'re-measuring' if measured else 'rebuilding (no GPU here: not re-measuring)'} the top "
-          f"{min(args.top_k, len(succeeded))} on {target.kind}", flush=True)
-    limits = Limits(trial_args.build_timeout, trial_args.run_timeout, args.repeat, args.min_repeat_ms)
-    rows = remeasure(succeeded[:args.top_k], workload, target, limits, measured, os.path.join(out, "kernels"))
-    trial, result, source = best_of(rows, measured)
-    best_source = os.path.join(out, "best" + os.path.splitext(source)[1])
-    shutil.copyfile(source, best_source)
-    record = {"experiment": os.path.basename(os.path.normpath(folder)), "trial_command": profile["trialCommand"],
-              "workload": workload.to_json(), "target": target.tvm_target(),
-              "parameter_id": trial.parameter_id, "parameters": trial.parameters, "reported": trial.result,
-              "remeasured": summary(result), "source": os.path.basename(best_source)}
-    with open(os.path.join(out, "best.json"), "w") as handle:
-        json.dump(record, handle, indent=2)
-    with open(os.path.join(out, "top_k.md"), "w") as handle:
-        handle.write(table(rows, out))
-    now = f"{result.tflops:.4f} TFLOPS re-measured" if measured else "not re-measured"
-    print(f"best: parameter {trial.parameter_id}, {trial.value:.4f} TFLOPS reported, {now}")
-    print(f"parameters: {json.dumps(trial.parameters)}")
-    print(f"wrote {out}/best.json, {os.path.basename(best_source)}, top_k.md and kernels/")
+    best = export(folder, Options(args.top_k, args.repeat, args.min_repeat_ms, args.target), out)
+    print(best.headline())
+    print(f"parameters: {json.dumps(best.parameters)}")
+    print(f"wrote {out}/best.json, {best.source}, top_k.md and kernels/")
 
 
 if __name__ == "__main__":

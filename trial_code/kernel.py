@@ -8,8 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import tvm
-from tvm import te
-from tvm import s_tir
+from tvm import s_tir, te
 
 from .targets import Target
 from .templates import for_workload

@@ -1,12 +1,14 @@
 """Run a tuning experiment to the end and show the best kernel: the README's main command.
 
-    python -m trial_code.launch                       # GPU: MM1 (512 trials); no GPU: the CPU quickstart
+    python -m trial_code.launch                              # GPU: MM1 (512 trials); no GPU: the CPU quickstart
     python -m trial_code.launch --config experiments/C2/opevo.yml --port 8081
+    python -m trial_code.launch --workload MM1 --tuner gbfs  # any workload and catalog tuner, generated
 
 It starts the experiment with ``nnictl create``, prints the web UI's address, reports progress
-until the experiment ends, then prints the best configuration with its TFLOPS and writes it to
-``best.json`` in the experiment's folder. The experiment stays up for the web UI until
-``nnictl stop <id>``; ``python -m trial_code.export <id>`` then writes the kernel's source.
+until the experiment ends, then re-measures the top configurations (``export``: more repeats,
+one at a time) and prints the winner, saying whether it was re-measured; ``best.json`` and the
+kernel's source go to ``<experiment folder>/export``. The experiment stays up for the web UI
+until ``nnictl stop <id>``.
 """
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ import subprocess
 import time
 from collections import Counter
 
-from . import REPO_ROOT, targets
+import yaml
+
+from . import REPO_ROOT, export, make_spaces, targets, workloads
 from .experiment_client import NNICTL, ExperimentClient, created_id
 
 
@@ -25,6 +29,16 @@ def default_config() -> str:
     kind = targets.resolve("auto").kind
     name = "MM1/opevo.yml" if kind == "cuda" else "quickstart/opevo.yml"
     return os.path.join(REPO_ROOT, "experiments", name)
+
+
+def generated_config(workload: str, tuner: str, target: str, root: str, trials: int | None) -> str:
+    """``<root>/experiments/<workload>/<tuner>[-cpu].yml``, written now (``make_spaces``);
+    ``trials`` overrides its maxTrialNumber."""
+    kind = "cuda" if targets.resolve(target).kind == "cuda" else "cpu"
+    layout = make_spaces.Layout(root)
+    chosen = workloads.lookup(workload)
+    make_spaces.write_spaces(layout, chosen)
+    return make_spaces.write_experiments(layout, chosen, tuner, (kind,), trials)[0]
 
 
 def start(config: str, port: int) -> str:
@@ -50,32 +64,60 @@ def follow(client: ExperimentClient, every: float) -> dict:
         time.sleep(every)
 
 
-def main() -> None:
+def experiment_folder(config: str, experiment_id: str) -> str:
+    with open(config) as handle:
+        working = (yaml.safe_load(handle) or {}).get("experimentWorkingDirectory") or "~/nni-experiments"
+    if not os.path.isabs(os.path.expanduser(working)):
+        working = os.path.join(os.path.dirname(config), working)
+    return os.path.join(os.path.expanduser(working), experiment_id)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=None, help="an experiment YAML (default: by whether a GPU is visible)")
+    parser.add_argument("--workload", help=f"instead of --config: a named workload ({', '.join(workloads.NAMED)})")
+    parser.add_argument("--tuner", default=make_spaces.SHIPPED_TUNER,
+                        help="with --workload: a catalog tuner, e.g. gbfs or opevo:mutate_rate=0.3")
+    parser.add_argument("--target", default="auto", help="with --workload: auto, cpu or cuda")
+    parser.add_argument("--trials", type=int, help="with --workload: maxTrialNumber (default: 512 GPU, 256 CPU)")
+    parser.add_argument("--root", default=REPO_ROOT,
+                        help="with --workload: write the generated space and config under this folder")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--every", type=float, default=10.0, help="seconds between progress lines")
-    args = parser.parse_args()
-    config = os.path.abspath(args.config or default_config())
+    parser.add_argument("--top-k", type=int, default=export.Options.top_k,
+                        help="configurations re-measured at the end (default %(default)s)")
+    args = parser.parse_args(argv)
+    if args.config and args.workload:
+        parser.error("give --config or --workload, not both")
+    if args.top_k < 1 or (args.trials is not None and args.trials < 1):
+        parser.error("--top-k and --trials must be >= 1")
+    if not args.workload and (args.trials is not None or args.root != REPO_ROOT or args.target != "auto"):
+        parser.error("--trials, --root and --target go with --workload")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    if args.workload:
+        try:
+            config = generated_config(args.workload, args.tuner, args.target, args.root, args.trials)
+        except ValueError as e:
+            raise SystemExit(f"cannot generate the experiment: {e}") from None
+    else:
+        config = os.path.abspath(args.config or default_config())
     experiment_id = start(config, args.port)
-    print(f"experiment {experiment_id} ({os.path.relpath(config, REPO_ROOT)}): watch it at http://127.0.0.1:{args.port}")
-    client = ExperimentClient(args.port)
-    status = follow(client, args.every)
+    shown = os.path.relpath(config, REPO_ROOT) if config.startswith(REPO_ROOT + os.sep) else config
+    print(f"experiment {experiment_id} ({shown}): watch it at http://127.0.0.1:{args.port}")
+    status = follow(ExperimentClient(args.port), args.every)
     if status.get("errors"):
         print(f"the experiment reported errors: {status['errors']}")
-    ranked = client.ranked()
-    if not ranked:
-        raise SystemExit("no trial reported a result; see the trial logs in the web UI")
-    value, _, params, result = ranked[0]
-    folder = os.path.join(os.path.expanduser("~/nni-experiments"), experiment_id)
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "best.json")
-    with open(path, "w") as handle:
-        json.dump({"config": os.path.relpath(config, REPO_ROOT), "parameters": params, "result": result}, handle, indent=2)
-    print(f"best: {value:.4f} TFLOPS, {result.get('latency_ms', 0) or 0:.4f} ms")
-    print(f"parameters: {json.dumps(params)}")
-    print(f"saved to {path}; the web UI stays up until `nnictl stop {experiment_id}`")
-    print(f"the kernel's source, with the top 5 re-measured: python -m trial_code.export {experiment_id}")
+    folder = experiment_folder(config, experiment_id)
+    print(f"re-measuring the top {args.top_k} configurations:", flush=True)
+    best = export.export(folder, export.Options(top_k=args.top_k))
+    print(best.headline())
+    print(f"parameters: {json.dumps(best.parameters)}")
+    print(f"saved to {folder}/export/best.json with the kernel's source ({best.source}); the web UI stays up "
+          f"until `nnictl stop {experiment_id}`")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,20 @@
 """Write search spaces and ready-to-run NNI experiments from the templates.
 
-    python -m trial_code.make_spaces                       # every named workload
-    python -m trial_code.make_spaces --workload MM1        # one
+    python -m trial_code.make_spaces                              # what the checkout ships (below)
+    python -m trial_code.make_spaces --workload MM1 --tuner nose  # + experiments/MM1/nose.yml, nose-cpu.yml
     python -m trial_code.make_spaces --family matmul --shape n=256 m=768 k=3072 --name BERT_FFN
 
-For each workload it writes ``search_spaces/<name>.cuda.json`` and ``<name>.cpu.json`` and,
-for every tuner of ``TUNERS`` (OpEvo and its peers with the papers' settings, from
-``nni_opevo.catalog``),
-``experiments/<name>/<tuner>.yml`` (CUDA: trialConcurrency 8, maxTrialNumber 512, as in the
-paper) and ``<tuner>-cpu.yml``; the CPU quickstart goes to ``experiments/quickstart/opevo.yml``,
-and OpEvo on MM1 scaled out to ``experiments/scale-out/multi-gpu.yml`` (four GPUs of one
-machine) and ``remote.yml`` (GPUs of other machines over SSH; fill in the hosts).
+The checkout ships what users read and copy, and only that: for every named workload
+``search_spaces/<name>.cuda.json`` and ``<name>.cpu.json``, and ``experiments/<name>/opevo.yml``
+(CUDA: trialConcurrency 8, maxTrialNumber 512, as in the paper) and ``opevo-cpu.yml``; the CPU
+quickstart ``experiments/quickstart/opevo.yml``; OpEvo on MM1 scaled out to
+``experiments/scale-out/multi-gpu.yml`` (four GPUs of one machine) and ``remote.yml`` (GPUs of
+other machines over SSH; fill in the hosts). An experiment with any other tuner of the catalog
+(``benchmarks.catalog``: the peers with their papers' settings) is written on demand with
+``--tuner``, or run at once with ``nni-opevo launch --workload W --tuner T``.
 Run ``nnictl create --config experiments/<name>/<tuner>.yml`` from the repository root.
+``--root`` writes the same layout under another folder (the configs then name the checkout's
+trial code by absolute path).
 """
 from __future__ import annotations
 
@@ -22,41 +25,57 @@ from typing import Any
 
 import yaml
 
-from nni_opevo import catalog
+from benchmarks import catalog
 
 from . import REPO_ROOT, workloads
 from .cli import add_workload_options, workload_from
 from .templates import for_workload
 from .workloads import Workload
 
-
-
-
-TUNERS = ("opevo", "gbfs", "na2c", "autotvm", "nose", "tpe")
-"""The catalog entries that get an experiment per workload (paper settings)."""
+SHIPPED_TUNER = "opevo"
 QUICKSTART = "MM_small"
 PER_GPU = 8
 """Trials in flight per GPU, as in the paper: they build in parallel and take turns measuring."""
+KINDS = {"cuda": ("", 512, 8), "cpu": ("-cpu", 256, 2)}
+"""Target kind -> (file suffix, maxTrialNumber, trialConcurrency)."""
 
 
-def space_path(workload: Workload, kind: str) -> str:
-    return os.path.join(REPO_ROOT, "search_spaces", f"{workload.name}.{kind}.json")
+class Layout:
+    """Where spaces and experiments go: the checkout (relative paths in the configs, as NNI
+    resolves them from the config's folder) or another root (absolute paths to the checkout)."""
+
+    def __init__(self, root: str = REPO_ROOT) -> None:
+        self.root = os.path.abspath(root)
+        self.in_checkout = self.root == os.path.abspath(REPO_ROOT)
+
+    def space(self, workload: Workload, kind: str) -> str:
+        return os.path.join(self.root, "search_spaces", f"{workload.name}.{kind}.json")
+
+    def experiment(self, folder: str, name: str) -> str:
+        return os.path.join(self.root, "experiments", folder, name)
+
+    def from_config(self, config_path: str, target: str) -> str:
+        """``target`` as the config at ``config_path`` names it."""
+        if self.in_checkout:
+            return os.path.relpath(target, os.path.dirname(config_path))
+        return target
 
 
-def experiment(workload: Workload, kind: str, trials: int, concurrency: int, trial_flags: str = "",
-               tuner: str = "opevo") -> dict[str, Any]:
-    """An NNI 3.0 experiment config; paths are relative to experiments/<dir>/, as NNI resolves them."""
+def experiment(layout: Layout, config_path: str, workload: Workload, kind: str, trials: int, concurrency: int,
+               trial_flags: str = "", tuner: str = SHIPPED_TUNER) -> dict[str, Any]:
+    """An NNI 3.0 experiment config to be written at ``config_path``."""
     shape_flags = (f"--workload {workload.name}" if workloads.NAMED.get(workload.name) == workload else
                    f"--family {workload.family} --name {workload.name} --shape "
                    + " ".join(f"{k}={v}" for k, v in workload.shape.items()))
+    code = layout.from_config(config_path, REPO_ROOT)
     config: dict[str, Any] = {
-        "experimentName": f"{workload.name} {catalog.CATALOG[tuner].description} ({kind})",
-        "searchSpaceFile": f"../../search_spaces/{workload.name}.{kind}.json",
+        "experimentName": f"{workload.name} {catalog.CATALOG[catalog.parse(tuner)[0]].description} ({kind})",
+        "searchSpaceFile": layout.from_config(config_path, layout.space(workload, kind)),
         "trialCommand": f"python3 -m trial_code.trial {shape_flags} --target {kind}{trial_flags}",
-        "trialCodeDirectory": "../..",
+        "trialCodeDirectory": code,
         "trialConcurrency": concurrency,
         "maxTrialNumber": trials,
-        "tuner": tuner_config(tuner),
+        "tuner": tuner_config(tuner, code),
         "trainingService": {"platform": "local"},
     }
     if kind == "cuda":
@@ -68,62 +87,73 @@ def experiment(workload: Workload, kind: str, trials: int, concurrency: int, tri
     return config
 
 
-def tuner_config(name: str) -> dict[str, Any]:
-    class_name, class_args = catalog.class_args(name)
+def tuner_config(spec: str, code_directory: str) -> dict[str, Any]:
+    class_name, class_args = catalog.class_args(spec)
     # className tuners need a codeDirectory in NNI 3.0; the checkout root also finds an uninstalled nni_opevo.
-    return {"className": f"nni_opevo.{class_name}", "codeDirectory": "../..", "classArgs": class_args}
+    return {"className": f"nni_opevo.{class_name}", "codeDirectory": code_directory, "classArgs": class_args}
 
 
-def write_yaml(path: str, config: dict[str, Any], comment: str) -> None:
+def write_yaml(layout: Layout, path: str, config: dict[str, Any], comment: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    shown = os.path.relpath(path, layout.root) if layout.in_checkout else path
     with open(path, "w") as handle:
         handle.write(f"# {comment}\n# Generated by `python -m trial_code.make_spaces`; run from the repository root:\n"
-                     f"#   nnictl create --config {os.path.relpath(path, REPO_ROOT)}\n")
+                     f"#   nnictl create --config {shown}\n")
         yaml.safe_dump(config, handle, sort_keys=False, width=1000)
 
 
-def write_workload(workload: Workload) -> list[str]:
+def write_spaces(layout: Layout, workload: Workload) -> list[str]:
     template = for_workload(workload)
     written = []
-    for kind in ("cuda", "cpu"):
-        path = space_path(workload, kind)
+    for kind in KINDS:
+        path = layout.space(workload, kind)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as handle:
             lines = [f"  {json.dumps(name)}: {json.dumps(spec)}" for name, spec in template.space(workload, kind).items()]
             handle.write("{\n" + ",\n".join(lines) + "\n}\n")
         written.append(path)
-    folder = os.path.join(REPO_ROOT, "experiments", workload.name)
-    for stem in TUNERS:
-        description = catalog.CATALOG[stem].description + (" (needs the xgboost extra)" if stem == "autotvm" else "")
-        gpu, cpu = os.path.join(folder, f"{stem}.yml"), os.path.join(folder, f"{stem}-cpu.yml")
-        write_yaml(gpu, experiment(workload, "cuda", 512, 8, tuner=stem),
-                   f"{description} on {workload.name} on the GPU, as in the OpEvo paper (512 trials, 8 at a time).")
-        write_yaml(cpu, experiment(workload, "cpu", 256, 2, tuner=stem),
-                   f"{description} on {workload.name} on the CPU (LLVM), 2 trials at a time.")
-        written += [gpu, cpu]
     return written
 
 
-def write_quickstart() -> str:
-    path = os.path.join(REPO_ROOT, "experiments", "quickstart", "opevo.yml")
-    config = experiment(workloads.NAMED[QUICKSTART], "cpu", 48, 2, " --min-repeat-ms 20")
+def write_experiments(layout: Layout, workload: Workload, tuner: str, kinds: tuple[str, ...] = tuple(KINDS),
+                      trials: int | None = None) -> list[str]:
+    """``experiments/<workload>/<tuner>.yml`` (CUDA) and ``<tuner>-cpu.yml``; ``trials``
+    overrides the maxTrialNumber of ``KINDS``."""
+    name, _ = catalog.parse(tuner)
+    description = catalog.CATALOG[name].description + (" (needs the xgboost extra)" if name == "autotvm" else "")
+    stem = tuner.replace(":", "_").replace(",", "_").replace("=", "-")
+    written = []
+    for kind in kinds:
+        suffix, default_trials, concurrency = KINDS[kind]
+        path = layout.experiment(workload.name, f"{stem}{suffix}.yml")
+        where = ("on the GPU, as in the OpEvo paper (512 trials, 8 at a time)" if kind == "cuda"
+                 else "on the CPU (LLVM), 2 trials at a time")
+        config = experiment(layout, path, workload, kind, trials or default_trials, concurrency, tuner=tuner)
+        write_yaml(layout, path, config, f"{description} on {workload.name} {where}.")
+        written.append(path)
+    return written
+
+
+def write_quickstart(layout: Layout) -> str:
+    path = layout.experiment("quickstart", "opevo.yml")
+    config = experiment(layout, path, workloads.NAMED[QUICKSTART], "cpu", 48, 2, " --min-repeat-ms 20")
     config["experimentName"] = "quickstart: OpEvo on a 256^3 MatMul on the CPU"
-    write_yaml(path, config, "A few minutes on a 2-core machine: 48 CPU MatMul kernels tuned by OpEvo.")
+    write_yaml(layout, path, config, "A few minutes on a 2-core machine: 48 CPU MatMul kernels tuned by OpEvo.")
     return path
 
 
-def write_scale_out() -> list[str]:
+def write_scale_out(layout: Layout) -> list[str]:
     """OpEvo on MM1 over several GPUs. The trial code is the same: NNI gives each trial one GPU
     through CUDA_VISIBLE_DEVICES, the measurement lock is per GPU (and per machine), so each GPU
     times one kernel at a time while up to PER_GPU trials build for it."""
     workload = workloads.NAMED["MM1"]
-    folder = os.path.join(REPO_ROOT, "experiments", "scale-out")
     gpus = [0, 1, 2, 3]
-    local = experiment(workload, "cuda", 512, PER_GPU * len(gpus))
+    paths = [layout.experiment("scale-out", "multi-gpu.yml"), layout.experiment("scale-out", "remote.yml")]
+    local = experiment(layout, paths[0], workload, "cuda", 512, PER_GPU * len(gpus))
     local["experimentName"] = "MM1 OpEvo on 4 GPUs of one machine"
     local["trainingService"]["gpuIndices"] = gpus
     hosts, bin_dir = ["gpu-node-1.example", "gpu-node-2.example"], "/opt/nni-opevo/.venv/bin"
-    remote = experiment(workload, "cuda", 512, PER_GPU * len(hosts))
+    remote = experiment(layout, paths[1], workload, "cuda", 512, PER_GPU * len(hosts))
     remote["experimentName"] = "MM1 OpEvo on the GPUs of 2 machines over SSH"
     # The interpreter by absolute path: NNI puts pythonPath first on PATH, but the shell that
     # runs each trial reads ~/.bashrc over SSH, and a pyenv or conda init there shadows it.
@@ -131,26 +161,51 @@ def write_scale_out() -> list[str]:
     remote["trainingService"] = {"platform": "remote", "machineList": [
         {"host": host, "user": "tuner", "sshKeyFile": "~/.ssh/id_ed25519", "pythonPath": bin_dir,
          "useActiveGpu": True, "maxTrialNumberPerGpu": PER_GPU, "gpuIndices": [0]} for host in hosts]}
-    paths = [os.path.join(folder, "multi-gpu.yml"), os.path.join(folder, "remote.yml")]
-    write_yaml(paths[0], local, f"OpEvo on MM1 on GPUs {gpus} of this machine, {PER_GPU} trials per GPU (docs/scaling.md).")
-    write_yaml(paths[1], remote, "OpEvo on MM1 on one GPU of each of two machines over SSH: set host, user, "
+    write_yaml(layout, paths[0], local,
+               f"OpEvo on MM1 on GPUs {gpus} of this machine, {PER_GPU} trials per GPU (docs/scaling.md).")
+    write_yaml(layout, paths[1], remote, "OpEvo on MM1 on one GPU of each of two machines over SSH: set host, user, "
                "sshKeyFile, pythonPath (docs/scaling.md).")
     return paths
 
 
-def main() -> None:
+def shipped(layout: Layout) -> list[str]:
+    """Every file the checkout ships (see the module docstring)."""
+    written = []
+    for workload in workloads.NAMED.values():
+        written += write_spaces(layout, workload) + write_experiments(layout, workload, SHIPPED_TUNER)
+    return written + [write_quickstart(layout), *write_scale_out(layout)]
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_workload_options(parser)
-    args = parser.parse_args()
+    parser.add_argument("--tuner", nargs="+", default=[],
+                        help=f"catalog tuners to write experiments for (default {SHIPPED_TUNER}): "
+                             f"{', '.join(catalog.CATALOG)}, optionally with overrides (name:key=value,...)")
+    parser.add_argument("--root", default=REPO_ROOT, help="write under this folder instead of the checkout")
+    args = parser.parse_args(argv)
+    for spec in args.tuner:
+        try:
+            catalog.class_args(spec)
+        except ValueError as e:
+            parser.error(f"--tuner {spec}: {e}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    layout = Layout(args.root)
     if args.workload or args.family:
-        chosen = [workload_from(args)]
+        workload = workload_from(args)
+        written = write_spaces(layout, workload)
+        for tuner in args.tuner or [SHIPPED_TUNER]:
+            written += write_experiments(layout, workload, tuner)
+    elif args.tuner:
+        raise SystemExit("--tuner needs --workload (or --family with --shape)")
     else:
-        chosen = list(workloads.NAMED.values())
-    written = [path for workload in chosen for path in write_workload(workload)]
-    if not (args.workload or args.family):
-        written += [write_quickstart(), *write_scale_out()]
+        written = shipped(layout)
     for path in written:
-        print(os.path.relpath(path, REPO_ROOT))
+        print(os.path.relpath(path, layout.root))
 
 
 if __name__ == "__main__":

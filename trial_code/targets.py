@@ -45,7 +45,7 @@ class Target:
         return asdict(self)
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> "Target":
+    def from_json(data: dict[str, Any]) -> Target:
         return Target(**data)
 
 

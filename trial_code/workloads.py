@@ -31,7 +31,7 @@ class Workload:
         return asdict(self)
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> "Workload":
+    def from_json(data: dict[str, Any]) -> Workload:
         return make(data["family"], name=data["name"], **data["shape"])
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..targets import Target
 from ..workloads import Workload, conv2d_output_hw
-from .base import (Template, check_cpu_vector, check_gpu_launch, cooperative_fetch, factors, one_of, order)
+from .base import Template, check_cpu_vector, check_gpu_launch, cooperative_fetch, factors, one_of, order
 
 REDUCE = ["rc", "ry", "rx"]
 UNROLL_STEPS = (0, 125, 256)

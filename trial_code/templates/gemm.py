@@ -15,7 +15,7 @@ import numpy as np
 
 from ..targets import Target
 from ..workloads import Workload
-from .base import (Template, check_cpu_vector, check_gpu_launch, cooperative_fetch, factors, order)
+from .base import Template, check_cpu_vector, check_gpu_launch, cooperative_fetch, factors, order
 
 GPU_INNER = ["k", "n", "m"]
 CPU_BLOCK = ["k", "n", "m"]

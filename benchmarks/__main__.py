@@ -1,0 +1,101 @@
+"""``python -m benchmarks``: compare tuners, then draw the figures and tables.
+
+    # CI-sized: synthetic landscapes, two tuners, two seeds
+    python -m benchmarks --objective synthetic --workloads SYN1 --tuners opevo gbfs \\
+        --seeds 2 --budget 40 --out /tmp/bench
+    # live kernels (GPU when visible, else CPU), the paper's comparison
+    python -m benchmarks --objective live --workloads MM1 BMM1 C2 \\
+        --tuners opevo gbfs na2c autotvm nose tpe --seeds 3 --budget 512 --concurrency 8 --out docs/results/h100
+    # the same tuners replayed on those measurements (no device needed)
+    python -m benchmarks --objective recorded --record docs/results/h100/trials.csv --target cuda \\
+        --workloads MM1 --tuners opevo opevo:mutate_rate=0.1 opevo:mutate_rate=0.9 --seeds 5 --budget 512 --out /tmp/replay
+    # figures and tables again from a CSV (trials.csv, or trials.csv.gz as published)
+    python -m benchmarks --report-only --out docs/results/h100
+
+Rows go to ``<out>/trials.csv`` as trials finish; running the same command again resumes
+where it stopped. ``<out>/run.json`` records the command, the date and the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+from trial_code import targets
+from trial_code.evaluate import Limits
+
+from . import catalog, report
+from .objectives import SYNTHETIC, Live, Objective, Recorded, Synthetic
+from .runner import Plan, run
+
+
+def objectives(args: argparse.Namespace) -> list[Objective]:
+    if args.objective == "synthetic":
+        return [Synthetic(w) for w in args.workloads]
+    if args.objective == "recorded":
+        if not args.record:
+            raise SystemExit("--objective recorded needs --record CSV [CSV ...]")
+        return [Recorded(w, args.target, [Path(p) for p in args.record]) for w in args.workloads]
+    target = targets.resolve(args.target)
+    limits = Limits(build_timeout=args.build_timeout, run_timeout=args.run_timeout)
+    return [Live(w, target, limits) for w in args.workloads]
+
+
+def machine(args: argparse.Namespace) -> dict[str, str]:
+    info = {"python": platform.python_version(), "cpu": platform.processor() or platform.machine()}
+    try:
+        with open("/proc/cpuinfo") as handle:
+            info["cpu"] = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    if args.objective == "live":
+        target = targets.resolve(args.target)
+        info["target"] = json.dumps(target.to_json())
+    return info
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--objective", choices=("synthetic", "live", "recorded"), default="synthetic")
+    parser.add_argument("--workloads", nargs="+", default=["SYN1"],
+                        help=f"named workloads (live/recorded) or {', '.join(SYNTHETIC)} (synthetic)")
+    parser.add_argument("--tuners", nargs="+", default=["opevo", "gbfs", "na2c", "autotvm", "nose", "tpe"],
+                        help=f"catalog names, optionally with overrides (name:key=value,...): {', '.join(catalog.CATALOG)}")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per tuner and workload")
+    parser.add_argument("--budget", type=int, default=64, help="trials per run")
+    parser.add_argument("--concurrency", type=int, default=2, help="trials at a time (NNI's trialConcurrency)")
+    parser.add_argument("--target", default="auto", help="live: auto, cpu or cuda; recorded: the recorded target")
+    parser.add_argument("--record", nargs="+", help="recorded: benchmark CSVs to replay")
+    parser.add_argument("--build-timeout", type=float, default=120.0)
+    parser.add_argument("--run-timeout", type=float, default=60.0)
+    parser.add_argument("--out", type=Path, required=True, help="folder for trials.csv, run.json, plots, summary.md")
+    parser.add_argument("--report-only", action="store_true", help="only draw the figures and tables from trials.csv")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    csv_path, packed = args.out / "trials.csv", args.out / "trials.csv.gz"
+    if packed.exists() and not csv_path.exists():
+        if not args.report_only:
+            raise SystemExit(f"{packed} holds this run's trials compressed: `gunzip -k {packed}` to resume or "
+                             "extend it (or pick another --out)")
+        csv_path = packed
+    if not args.report_only:
+        for spec in args.tuners:  # an unknown tuner fails before anything runs
+            catalog.class_args(spec)
+        plan = Plan(objectives(args), args.tuners, list(range(args.seeds)), args.budget, args.concurrency)
+        args.out.mkdir(parents=True, exist_ok=True)
+        runs_file = args.out / "run.json"
+        log = json.loads(runs_file.read_text()) if runs_file.exists() else []
+        log.append({"command": " ".join(["python -m benchmarks", *(argv if argv is not None else sys.argv[1:])]),
+                    "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(args)})
+        runs_file.write_text(json.dumps(log, indent=2) + "\n")
+        run(plan, csv_path, progress=not args.no_progress)
+    for path in report.write(csv_path, args.out):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""The tuners by short name: one list that generated experiment configs (``trial_code.make_spaces``,
+the launcher's ``--tuner``), the comparison benchmark and the overhead benchmark all read, so a
+comparison always runs the tuners users get.
+
+An entry names a tuner class and only the classArgs it sets beyond the class's own defaults;
+the full classArgs come from the tuner's declaration (``nni_opevo.class_args``), so a default
+lives in one place. A name may carry classArg overrides after a colon, e.g.
+``opevo:mutate_rate=0.3,parents_size=4`` (the sensitivity sweeps); values are read as JSON,
+else kept as strings.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from nni.tuner import Tuner
+
+import nni_opevo
+
+
+@dataclass(frozen=True)
+class Entry:
+    description: str
+    class_name: str  # in nni_opevo
+    class_args: dict[str, Any] = field(default_factory=dict)  # beyond the class's defaults
+
+    @property
+    def tuner_class(self) -> type:
+        return getattr(nni_opevo, self.class_name)
+
+    @property
+    def builtin(self) -> str | None:
+        """The NNI built-in behind a ChoiceView entry."""
+        return self.class_args.get("tuner") if self.class_name == "ChoiceViewTuner" else None
+
+
+CATALOG: dict[str, Entry] = {
+    "opevo": Entry("OpEvo", "OpEvoTuner"),
+    "opevo-prescreen": Entry("OpEvo with k-NN pre-screening", "OpEvoTuner", {"prescreen": 5}),
+    "gbfs": Entry("G-BFS", "GBFSTuner"),
+    "na2c": Entry("N-A2C", "NA2CTuner"),
+    "autotvm": Entry("AutoTVM XGBoost+SA", "AutoTVMTuner"),
+    "nose": Entry("NoSE", "NoSETuner"),
+    "tpe": Entry("NNI TPE", "ChoiceViewTuner", {"tuner": "TPE"}),
+    "random": Entry("NNI Random", "ChoiceViewTuner", {"tuner": "Random"}),
+    "evolution": Entry("NNI Evolution", "ChoiceViewTuner", {"tuner": "Evolution"}),
+}
+BUILTIN_MODE = {"TPE": True, "Random": False, "Evolution": True}
+"""Whether the NNI built-in behind a ChoiceView entry takes optimize_mode (all take a seed but Evolution)."""
+
+
+def parse(spec: str) -> tuple[str, dict[str, Any]]:
+    """``name[:key=value,...]`` -> (catalog name, overrides); ValueError for an unknown name."""
+    name, _, rest = spec.partition(":")
+    if name not in CATALOG:
+        raise ValueError(f"unknown tuner {name!r}; known: {', '.join(CATALOG)}")
+    overrides: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, raw = item.partition("=")
+        if not eq:
+            raise ValueError(f"tuner {spec!r}: override {item!r} is not key=value")
+        try:
+            overrides[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            overrides[key] = raw
+    return name, overrides
+
+
+def class_args(spec: str, optimize_mode: str = "maximize", seed: int | None = None) -> tuple[str, dict[str, Any]]:
+    """(class name, every classArg with its value) for an NNI experiment config or for building
+    the tuner; ValueError naming a bad override."""
+    name, overrides = parse(spec)
+    entry = CATALOG[name]
+    given = {**entry.class_args, **overrides}
+    if entry.builtin is None:
+        given = {**given, "optimize_mode": optimize_mode, **({"seed": seed} if seed is not None else {})}
+        values = entry.tuner_class.Args.parse(given).values()
+        if values.get("seed") is None:
+            values.pop("seed", None)  # NNI's YAML then reads as "draw one"
+        return entry.class_name, values
+    builtin = given.get("tuner", entry.builtin)
+    inner = {**({"optimize_mode": optimize_mode} if BUILTIN_MODE.get(builtin, True) else {}),
+             **({"seed": seed} if seed is not None and builtin != "Evolution" else {}), **given.get("tuner_args", {})}
+    return entry.class_name, entry.tuner_class.Args.parse({**given, "tuner_args": inner}).values()
+
+
+def default(spec: str, key: str) -> Any:
+    """The value of classArg ``key`` that ``spec`` runs with."""
+    return class_args(spec)[1].get(key)
+
+
+def build(spec: str, seed: int | None = None, optimize_mode: str = "maximize") -> Tuner:
+    """A new tuner for ``spec`` (see the module docstring)."""
+    class_name, kwargs = class_args(spec, optimize_mode, seed)
+    return getattr(nni_opevo, class_name)(**kwargs)

@@ -1,0 +1,102 @@
+"""What a benchmark trial measures: live kernels, a replay of recorded measurements, or a
+synthetic landscape. Each objective has a search space and turns trial parameters into the
+report a trial would send (``default`` TFLOPS, ``status``) plus ``seconds``, the time the trial
+took (measured for live kernels, recorded for replays, modelled for synthetic ones), which
+the simulated clock uses for wall-clock comparisons.
+"""
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from trial_code.evaluate import Limits, evaluate
+from trial_code.targets import Target
+from trial_code.templates import for_workload
+from trial_code.workloads import lookup
+
+from .synthetic import tiled_matmul
+from .table import read_rows
+
+UNRECORDED = "UNRECORDED"
+"""Status of a replayed configuration that no recorded run measured (reported as a failure)."""
+SYNTHETIC = {"SYN1": dict(seed=1), "SYN2": dict(seed=2), "SYN3": dict(seed=3)}
+"""Synthetic tiled-MatMul landscapes (1024^3, optimum placed by the seed)."""
+
+
+def config_key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+class Objective(ABC):
+    kind: str  # synthetic | live | recorded
+    live = False  # measured in real time (the runner runs trials in parallel threads)
+
+    def __init__(self, workload: str, target: str, space: dict[str, Any]) -> None:
+        self.workload, self.target, self.space = workload, target, space
+
+    @abstractmethod
+    def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The trial's report with ``seconds``."""
+
+
+class Synthetic(Objective):
+    kind = "synthetic"
+    VALID_S, INVALID_S = 1.0, 0.05  # a build-and-measure vs a static rejection
+
+    def __init__(self, workload: str) -> None:
+        if workload not in SYNTHETIC:
+            raise ValueError(f"unknown synthetic workload {workload!r}; known: {', '.join(SYNTHETIC)}")
+        space, self._f = tiled_matmul(**SYNTHETIC[workload])
+        super().__init__(workload, "synthetic", space)
+
+    def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
+        v = self._f(params)
+        return {"default": v, "status": "NO_ERROR" if v > 0 else "INSTANTIATION_ERROR",
+                "seconds": self.VALID_S if v > 0 else self.INVALID_S}
+
+
+class Live(Objective):
+    kind = "live"
+    live = True
+
+    def __init__(self, workload: str, target: Target, limits: Limits) -> None:
+        self._workload = lookup(workload)
+        self._target, self._limits = target, limits
+        super().__init__(workload, target.kind, for_workload(self._workload).space(self._workload, target.kind))
+
+    def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
+        result = evaluate(self._workload, params, self._target, self._limits)
+        return {**result.report(), "seconds": result.total_s}
+
+
+class Recorded(Objective):
+    """Replays the trials of earlier benchmark CSVs for one workload and target: every tuner is
+    compared on identical measurements. A configuration no run measured is reported as a
+    failure with status UNRECORDED; the report counts them, so read a replay's ranking with
+    its coverage."""
+
+    kind = "recorded"
+
+    def __init__(self, workload: str, target: str, tables: list[Path]) -> None:
+        self._rows: dict[str, dict[str, Any]] = {}
+        for table in tables:
+            for row in read_rows(table):
+                if row["workload"] == workload and row["target"] == target and row["status"] != UNRECORDED:
+                    self._rows.setdefault(row["configuration"], row)  # the first measurement of a configuration
+        if not self._rows:
+            raise ValueError(f"no recorded trials of {workload} on {target} in {', '.join(map(str, tables))}")
+        space = for_workload(lookup(workload)).space(lookup(workload), target) if target != "synthetic" \
+            else Synthetic(workload).space
+        super().__init__(workload, target, space)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
+        row = self._rows.get(config_key(params))
+        if row is None:
+            return {"default": 0.0, "status": UNRECORDED, "seconds": 0.0}
+        return {"default": float(row["tflops"]), "status": row["status"], "seconds": float(row["seconds"])}
+

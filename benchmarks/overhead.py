@@ -1,0 +1,92 @@
+"""Tuner overhead benchmark: time per proposal and per result, and memory, against history size.
+
+Prints figures; it asserts nothing (timings belong here, not in timed tests). It feeds the
+tuner the calls NNI's dispatcher makes for one trial at a time (``generate_parameters`` then
+``receive_trial_result`` and ``trial_end``) on the synthetic tiled-MatMul space, whose
+factor and perm parameters make well over 10^7 configurations, and reports, once the
+history holds each checkpoint's number of results, the median and p99 of the next
+``--window`` calls and the traced Python memory the tuner holds.
+
+    python -m benchmarks.overhead                         # every tuner, 1k and 10k
+    python -m benchmarks.overhead --tuner opevo nose --checkpoints 1000 10000 50000
+
+A learner's cost comes in bursts (AutoTVM refits and anneals once per 64 results, NoSE breeds
+once per 30 proposals), so the median shows the common call and the p99 and the mean the
+bursts: the mean is the overhead per trial that adds to an experiment's wall-clock time.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from nni.tuner import Tuner
+
+from nni_opevo import SearchSpace
+
+from . import catalog
+from .synthetic import tiled_matmul
+
+TUNERS = ["opevo", "opevo-prescreen", "gbfs", "na2c", "autotvm", "nose", "tpe"]
+
+
+def _one_trial(tuner: Tuner, parameter_id: int, objective: Callable[[dict[str, Any]], float]) -> tuple[float, float]:
+    """Seconds spent in (generate_parameters, receive_trial_result + trial_end) for one trial."""
+    start = time.perf_counter()
+    params = tuner.generate_parameters(parameter_id)
+    proposed = time.perf_counter()
+    value = objective(params)
+    received = time.perf_counter()
+    tuner.receive_trial_result(parameter_id, params, value)
+    tuner.trial_end(parameter_id, True)
+    return proposed - start, time.perf_counter() - received
+
+
+def measure(name: str, checkpoints: list[int], window: int, seed: int) -> None:
+    space, objective = tiled_matmul(1024, 1024, 1024, seed=seed)
+    print(f"tuner {name}: tiled-MatMul 1024^3 space of {SearchSpace(space).size:.3g} configurations")
+    print(f"{'history':>8} {'propose med':>12} {'propose p99':>12} {'report med':>11} {'report p99':>11}"
+          f" {'both med':>9} {'both p99':>9} {'both mean':>10} {'memory':>9} {'per result':>10}")
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    tuner = catalog.build(name, seed)
+    tuner.update_search_space(space)
+    done = 0
+    for checkpoint in checkpoints:
+        while done < checkpoint:
+            _one_trial(tuner, done, objective)
+            done += 1
+        held = tracemalloc.get_traced_memory()[0] - base
+        # Time the next window with tracing off: tracemalloc slows allocation-heavy code.
+        tracemalloc.stop()
+        timings = np.array([_one_trial(tuner, done + i, objective) for i in range(window)]) * 1e3
+        done += window
+        both = timings.sum(axis=1)
+        print(f"{checkpoint:>8} {np.median(timings[:, 0]):>10.3f}ms {np.percentile(timings[:, 0], 99):>10.3f}ms"
+              f" {np.median(timings[:, 1]):>9.3f}ms {np.percentile(timings[:, 1], 99):>9.3f}ms"
+              f" {np.median(both):>7.3f}ms {np.percentile(both, 99):>7.3f}ms {np.mean(both):>8.3f}ms"
+              f" {held / 2**20:>7.1f}MB {held / checkpoint:>8.0f} B")
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0] - held
+    tracemalloc.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tuner", nargs="+", default=TUNERS, help="catalog names (benchmarks.catalog)")
+    parser.add_argument("--checkpoints", type=int, nargs="+", default=[1000, 10000],
+                        help="history sizes (results received) at which to measure")
+    parser.add_argument("--window", type=int, default=500, help="calls timed at each checkpoint")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    for name in args.tuner:
+        measure(name, sorted(args.checkpoints), args.window, args.seed)
+
+
+if __name__ == "__main__":
+    main()

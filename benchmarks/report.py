@@ -1,0 +1,193 @@
+"""From a benchmark CSV to the paper's figures and tables.
+
+* ``best_vs_trials.png`` / ``best_vs_time.png``: best TFLOPS so far against trials (in the
+  order results arrived) and against wall-clock seconds, mean +- std over seeds, one panel per
+  workload (figures 3-5 of the OpEvo paper).
+* ``summary.md``: mean +- std of the best TFLOPS after the budget per workload and tuner (tables
+  1-3), with the share of failed trials, of UNRECORDED ones for replays, and the tuner's own
+  time per trial; the best mean per workload in bold.
+
+Every std is the sample standard deviation over seeds (ddof = 1: with 3 seeds the population
+one understates the spread by a fifth); a single seed has none (0).
+* ``sweep_<param>.png``: for tuner specs that differ in one classArg override (e.g.
+  ``opevo:mutate_rate=0.1`` ... ``=0.9``), mean +- std best after the budget against its value
+  (figures 7-8).
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from . import catalog
+from .objectives import UNRECORDED
+from .table import read_rows
+
+Runs = dict[str, dict[str, dict[str, list[dict[str, str]]]]]  # workload -> tuner -> seed -> rows by index
+
+
+def group(rows: list[dict[str, str]]) -> Runs:
+    runs: Runs = defaultdict(lambda: defaultdict(dict))
+    for row in rows:
+        runs[row["workload"]][row["tuner"]].setdefault(row["seed"], []).append(row)
+    for tuners in runs.values():
+        for seeds in tuners.values():
+            for seed, seed_rows in seeds.items():
+                seeds[seed] = sorted(seed_rows, key=lambda r: int(r["index"]))
+    return runs
+
+
+def best_so_far(rows: list[dict[str, str]]) -> np.ndarray:
+    return np.maximum.accumulate(np.array([float(r["tflops"]) for r in rows])) if rows else np.zeros(0)
+
+
+def curves_by_trial(seeds: dict[str, list[dict[str, str]]]) -> np.ndarray:
+    """seeds x trials; a shorter run (exhausted space) keeps its last best."""
+    length = max(len(r) for r in seeds.values())
+    out = np.zeros((len(seeds), length))
+    for i, rows in enumerate(seeds.values()):
+        curve = best_so_far(rows)
+        out[i, : len(curve)] = curve
+        out[i, len(curve):] = curve[-1] if len(curve) else 0.0
+    return out
+
+
+def curves_by_time(seeds: dict[str, list[dict[str, str]]], grid: np.ndarray) -> np.ndarray:
+    out = np.zeros((len(seeds), len(grid)))
+    for i, rows in enumerate(seeds.values()):
+        finished = np.array([float(r["finished_s"]) for r in rows])
+        curve = best_so_far(rows)
+        order = np.argsort(finished, kind="stable")
+        finished, curve = finished[order], np.maximum.accumulate(curve[order]) if len(curve) else curve
+        at = np.searchsorted(finished, grid, side="right") - 1
+        out[i] = np.where(at >= 0, curve[np.clip(at, 0, None)] if len(curve) else 0.0, 0.0)
+    return out
+
+
+def _panels(n: int) -> tuple[object, list]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def sample_std(values: np.ndarray | list[float], axis: int | None = None) -> np.ndarray | float:
+    """Standard deviation over seeds with ddof = 1; 0 for a single seed."""
+    values = np.asarray(values, dtype=float)
+    n = values.shape[axis] if axis is not None else values.size
+    return values.std(axis=axis, ddof=1) if n > 1 else np.zeros_like(values.mean(axis=axis))
+
+
+def _band(ax, x: np.ndarray, curves: np.ndarray, label: str) -> None:
+    mean, std = curves.mean(axis=0), sample_std(curves, axis=0)
+    ax.plot(x, mean, label=label)
+    ax.fill_between(x, mean - std, mean + std, alpha=0.2)
+
+
+def plot_curves(runs: Runs, out: Path, title: str) -> list[Path]:
+    written = []
+    for axis in ("trials", "time"):
+        fig, axes = _panels(len(runs))
+        for ax, (workload, tuners) in zip(axes, sorted(runs.items())):
+            if axis == "time":
+                end = max(float(r["finished_s"]) for seeds in tuners.values() for rows in seeds.values() for r in rows)
+                grid = np.linspace(0, end, 200)
+            for tuner, seeds in sorted(tuners.items()):
+                if axis == "trials":
+                    curves = curves_by_trial(seeds)
+                    _band(ax, np.arange(1, curves.shape[1] + 1), curves, tuner)
+                else:
+                    _band(ax, grid, curves_by_time(seeds, grid), tuner)
+            ax.set_title(workload)
+            ax.set_xlabel("trials" if axis == "trials" else "wall-clock seconds")
+            ax.set_ylabel("best TFLOPS so far")
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=7)
+        fig.suptitle(title, fontsize=10)
+        fig.tight_layout()
+        path = out / f"best_vs_{axis}.png"
+        fig.savefig(path, dpi=110)
+        written.append(path)
+    return written
+
+
+def summary_table(runs: Runs) -> str:
+    lines = ["| workload | tuner | seeds | trials | best TFLOPS (mean ± std) | failed | unrecorded | tuner ms/trial |",
+             "|---|---|---|---|---|---|---|---|"]
+    for workload, tuners in sorted(runs.items()):
+        means = {t: np.mean([best_so_far(r)[-1] for r in s.values()]) for t, s in tuners.items()}
+        top = max(means.values())
+        for tuner, seeds in sorted(tuners.items(), key=lambda kv: -means[kv[0]]):
+            finals = [best_so_far(rows)[-1] for rows in seeds.values()]
+            rows = [r for rs in seeds.values() for r in rs]
+            failed = np.mean([r["status"] not in ("NO_ERROR", UNRECORDED) for r in rows])
+            unrecorded = np.mean([r["status"] == UNRECORDED for r in rows])
+            tuner_ms = np.mean([float(r["tuner_ms"]) for r in rows])
+            cell = f"{np.mean(finals):.4g} ± {sample_std(finals):.2g}"
+            if means[tuner] == top:
+                cell = f"**{cell}**"
+            lines.append(f"| {workload} | {tuner} | {len(seeds)} | {min(len(r) for r in seeds.values())} | {cell} |"
+                         f" {failed:.0%} | {unrecorded:.0%} | {tuner_ms:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def sweeps(runs: Runs) -> dict[tuple[str, str], list[tuple[float, str]]]:
+    """(base tuner, classArg) -> [(value, spec)] for specs overriding exactly that one classArg
+    (and the plain base spec, at its catalog value)."""
+    found: dict[tuple[str, str], list[tuple[float, str]]] = defaultdict(list)
+    specs = {t for tuners in runs.values() for t in tuners}
+    for spec in specs:
+        base, overrides = catalog.parse(spec)
+        if len(overrides) == 1:
+            (key, value), = overrides.items()
+            if isinstance(value, (int, float)):
+                found[(base, key)].append((float(value), spec))
+    for (base, key), points in found.items():
+        default = catalog.default(base, key)
+        if base in specs and isinstance(default, (int, float)):
+            points.append((float(default), base))  # the plain spec is the point at the catalog's setting
+    return {k: sorted(v) for k, v in found.items() if len(v) >= 2}
+
+
+def plot_sweeps(runs: Runs, out: Path) -> list[Path]:
+    written = []
+    for (base, key), points in sorted(sweeps(runs).items()):
+        fig, axes = _panels(len(runs))
+        for ax, (workload, tuners) in zip(axes, sorted(runs.items())):
+            xs, means, stds = [], [], []
+            for value, spec in points:
+                if spec in tuners:
+                    finals = [best_so_far(rows)[-1] for rows in tuners[spec].values()]
+                    xs.append(value), means.append(np.mean(finals)), stds.append(sample_std(finals))
+            ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3)
+            ax.set_title(workload)
+            ax.set_xlabel(f"{base} {key}")
+            ax.set_ylabel("best TFLOPS after the budget")
+            ax.grid(alpha=0.3)
+        fig.tight_layout()
+        path = out / f"sweep_{base}_{key}.png"
+        fig.savefig(path, dpi=110)
+        written.append(path)
+    return written
+
+
+def write(csv_path: Path, out: Path, title: str = "") -> list[Path]:
+    """Plots and summary.md next to the CSV (or in ``out``); returns the files written."""
+    rows = read_rows(csv_path)
+    if not rows:
+        raise ValueError(f"{csv_path} has no trials")
+    out.mkdir(parents=True, exist_ok=True)
+    runs = group(rows)
+    written = plot_curves(runs, out, title or csv_path.parent.name) + plot_sweeps(runs, out)
+    summary = out / "summary.md"
+    summary.write_text(summary_table(runs))
+    return written + [summary]

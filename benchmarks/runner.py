@@ -1,0 +1,113 @@
+"""Run seeds x tuners x objectives and append every trial to one CSV as it finishes.
+
+A run (objective, tuner, seed) with rows already in the CSV is not redone: a complete one is
+skipped, and an interrupted one is resumed, its tuner rebuilt from those rows through
+``import_data`` (as ``nnictl resume`` would) and driven for the rest of the budget.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from . import catalog
+from .dispatch import Trial, drive
+from .objectives import Objective, config_key
+from .table import read_rows
+
+COLUMNS = ["objective", "workload", "target", "tuner", "seed", "index", "parameter_id", "started_s", "finished_s",
+           "tuner_ms", "tflops", "status", "seconds", "configuration"]
+
+
+@dataclass
+class Plan:
+    objectives: list[Objective]
+    tuners: list[str]  # catalog specs, e.g. "opevo" or "opevo:mutate_rate=0.3"
+    seeds: list[int]
+    budget: int
+    concurrency: int
+
+
+class Progress:
+    """One status line on a terminal (rewritten in place), a line per run otherwise."""
+
+    def __init__(self, stream: TextIO, total_runs: int) -> None:
+        self.stream, self.total_runs, self.done_runs = stream, total_runs, 0
+        self.tty = stream.isatty()
+
+    def update(self, label: str, done: int, budget: int, best: float, started: float) -> None:
+        if self.tty:
+            elapsed = time.strftime("%H:%M:%S", time.gmtime(time.time() - started))
+            bar = "#" * (20 * done // budget) + "." * (20 - 20 * done // budget)
+            self.stream.write(f"\r[{self.done_runs + 1}/{self.total_runs}] {label} [{bar}] {done}/{budget}"
+                              f" best {best:.4g} TFLOPS {elapsed} ")
+            self.stream.flush()
+
+    def finished(self, label: str, done: int, best: float, started: float) -> None:
+        self.done_runs += 1
+        end = "\n" if self.tty else ""
+        self.stream.write(f"{end}[{self.done_runs}/{self.total_runs}] {label}: {done} trials, best {best:.4g} TFLOPS,"
+                          f" {time.time() - started:.0f} s\n")
+        self.stream.flush()
+
+
+def run(plan: Plan, csv_path: Path, progress: bool = True) -> None:
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    existing: dict[tuple[str, str, str], list[dict[str, str]]] = {}
+    for row in read_rows(csv_path):
+        existing.setdefault((row["workload"], row["tuner"], row["seed"]), []).append(row)
+    fresh = not csv_path.exists()
+    runs = [(o, t, s) for o in plan.objectives for t in plan.tuners for s in plan.seeds]
+    bar = Progress(sys.stderr if progress else open("/dev/null", "w"), len(runs))
+    with open(csv_path, "a", newline="") as handle:
+        writer = csv.DictWriter(handle, COLUMNS)
+        if fresh:
+            writer.writeheader()
+        for objective, tuner_spec, seed in runs:
+            rows = sorted(existing.get((objective.workload, tuner_spec, str(seed)), []), key=lambda r: int(r["index"]))
+            _one(plan, objective, tuner_spec, seed, rows, writer, handle, bar)
+
+
+def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: list[dict[str, str]],
+         writer: csv.DictWriter, handle: TextIO, bar: Progress) -> None:
+    label = f"{objective.workload} {tuner_spec} seed {seed}"
+    done = len(rows)
+    best = max((float(r["tflops"]) for r in rows), default=0.0)
+    started = time.time()
+    if done >= plan.budget:
+        bar.finished(label + " (already in the CSV)", done, best, started)
+        return
+    tuner = catalog.build(tuner_spec, seed)
+    history = [{"parameter": json.loads(r["configuration"]), "value": float(r["tflops"])} for r in rows]
+    offset = max((float(r["finished_s"]) for r in rows), default=0.0)
+    first_id = max((int(r["parameter_id"]) for r in rows), default=-1) + 1
+
+    def record(trial: Trial) -> None:
+        nonlocal best
+        report: dict[str, Any] = trial.result or {}
+        best = max(best, float(report.get("default") or 0.0))
+        writer.writerow({
+            "objective": objective.kind, "workload": objective.workload, "target": objective.target,
+            "tuner": tuner_spec, "seed": seed, "index": done + trial.finish_order, "parameter_id": trial.parameter_id,
+            "started_s": f"{offset + trial.started:.3f}", "finished_s": f"{offset + trial.finished:.3f}",
+            "tuner_ms": f"{trial.tuner_seconds * 1e3:.3f}", "tflops": report.get("default") or 0.0,
+            "status": report.get("status", "NO_RESULT"), "seconds": f"{float(report.get('seconds', 0.0)):.3f}",
+            "configuration": config_key(trial.parameters),
+        })
+        handle.flush()
+        bar.update(label, done + trial.finish_order + 1, plan.budget, best, started)
+
+    pool = ThreadPoolExecutor(plan.concurrency) if objective.live else None
+    try:
+        result = drive(tuner, objective.space, objective, plan.budget - done, plan.concurrency, seed=seed,
+                       duration=lambda params, report: float(report["seconds"]), pool=pool, on_finish=record,
+                       first_id=first_id, history=history)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    bar.finished(label + (" (space exhausted)" if result.exhausted else ""), done + len(result.trials), best, started)

@@ -1,0 +1,65 @@
+"""The ``nni-opevo`` command and the launcher (the README's main command) end to end."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from nni_experiment import free_port
+
+from trial_code import best as best_json
+from trial_code.experiment_client import NNICTL, created_id
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "trial_code.console"]
+
+
+def test_console_lists_its_commands_and_refuses_unknown_ones():
+    shown = subprocess.run(CLI, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0
+    for command in ("launch", "export", "trial", "spaces", "benchmark", "overhead", "register", "docs"):
+        assert f"  {command} " in shown.stdout
+    wrong = subprocess.run([*CLI, "lanch"], capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2 and "unknown command 'lanch'" in wrong.stderr
+
+
+def test_console_runs_a_subcommand_with_its_own_options():
+    params = {"tile_n": [8, 8, 4], "tile_m": [4, 4, 16], "tile_k": [64, 4], "block_order": ["n", "k", "m"]}
+    out = subprocess.run([*CLI, "trial", "--workload", "MM_small", "--target", "cpu", "--min-repeat-ms", "5",
+                          "--params", json.dumps(params)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["status"] == "NO_ERROR" and report["default"] > 0
+    helped = subprocess.run([*CLI, "spaces", "--help"], capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and "nni-opevo spaces" in helped.stdout and "--tuner" in helped.stdout
+
+
+@pytest.mark.slow
+def test_launch_runs_a_generated_peer_experiment_and_remeasures_the_winner(tmp_path):
+    """``nni-opevo launch --workload MM_small --tuner gbfs --target cpu``: the config is generated,
+    the experiment runs under nnictl, and the winner printed is the re-measured one, with its
+    best.json. NNI's files go under the test's HOME."""
+    # NNI runs the trials with `python3` from PATH: this environment's, as experiments/run.sh sets it.
+    env = {**os.environ, "HOME": str(tmp_path), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    port = free_port()
+    out = subprocess.run([*CLI, "launch", "--workload", "MM_small", "--tuner", "gbfs", "--target", "cpu",
+                          "--trials", "6", "--root", str(tmp_path), "--port", str(port), "--every", "2",
+                          "--top-k", "2"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    experiment = created_id(out.stdout.replace("experiment ", "nnictl stop ", 1))
+    try:
+        assert out.returncode == 0, out.stdout + out.stderr
+        config = tmp_path / "experiments" / "MM_small" / "gbfs-cpu.yml"
+        assert f"experiment {experiment} ({config})" in out.stdout
+        assert "maxTrialNumber: 6" in config.read_text() and "GBFSTuner" in config.read_text()
+        folder = tmp_path / "nni-experiments" / str(experiment)
+        best = best_json.read(str(folder / "export" / "best.json"))
+        assert best.remeasured is not None and best.remeasured["repeats"] == 30
+        assert f"re-measured over 30 repeats (parameter {best.parameter_id})" in out.stdout
+        assert len(best.ranking) == 2 and best.target["kind"] == "llvm"
+        assert (folder / "export" / best.source).read_text().count("define") >= 1
+    finally:
+        if experiment:
+            subprocess.run([*NNICTL, "stop", experiment], env=env, capture_output=True, timeout=120)

@@ -1,0 +1,71 @@
+"""An experiment's best kernel as ``best.json``: one schema and one writer for the launcher and
+the export command, so both name the same winner and say whether it was re-measured.
+
+The winner is the configuration with the highest TFLOPS after re-measurement where this
+machine can time kernels of the experiment's target; elsewhere (a CUDA experiment read where
+no GPU is visible) it is the best reported configuration that still builds, and
+``remeasured`` is null with ``not_remeasured`` saying why.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+SCHEMA = "nni-opevo/best/1"
+
+
+@dataclass(frozen=True)
+class Best:
+    experiment: str
+    """The experiment id."""
+    trial_command: str
+    workload: dict[str, Any]
+    target: dict[str, Any]
+    """The target the kernel was built for (``Target.to_json``, the CPU model included)."""
+    parameter_id: int
+    parameters: dict[str, Any]
+    reported: Any
+    """What the configuration's trial reported during the experiment."""
+    remeasured: dict[str, Any] | None
+    """tflops, latency_ms_median/min/max/stdev and repeats of the re-measurement, or null."""
+    not_remeasured: str | None
+    """Why there is no re-measurement, or null."""
+    source: str | None
+    """The file (next to best.json) holding the kernel's generated source."""
+    ranking: list[dict[str, Any]]
+    """Every configuration considered: parameter id, reported and re-measured TFLOPS, status."""
+
+    @property
+    def tflops(self) -> float:
+        """Re-measured TFLOPS where re-measured, else the reported ones."""
+        if self.remeasured is not None:
+            return float(self.remeasured["tflops"])
+        value = self.reported.get("default") if isinstance(self.reported, dict) else self.reported
+        return float(value or 0.0)
+
+    def headline(self) -> str:
+        """One line for the terminal: the winner's speed and how trustworthy it is."""
+        if self.remeasured is not None:
+            r = self.remeasured
+            return (f"best: {r['tflops']:.4f} TFLOPS ({r['tflops'] * 1e3:.1f} GFLOPS), {r['latency_ms_median']:.4f} ms, "
+                    f"re-measured over {r['repeats']} repeats (parameter {self.parameter_id})")
+        return f"best: {self.tflops:.4f} TFLOPS as reported, not re-measured ({self.not_remeasured}) " \
+               f"(parameter {self.parameter_id})"
+
+    def write(self, folder: str) -> str:
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, "best.json")
+        with open(path, "w") as handle:
+            json.dump({"schema": SCHEMA, **asdict(self)}, handle, indent=2)
+            handle.write("\n")
+        return path
+
+
+def read(path: str) -> Best:
+    with open(path) as handle:
+        data = json.load(handle)
+    if data.pop("schema", None) != SCHEMA:
+        raise ValueError(f"{path} is not a {SCHEMA} file")
+    return Best(**data)
