@@ -9,6 +9,10 @@
     # the same tuners replayed on those measurements (no device needed)
     python -m benchmarks --objective recorded --record docs/results/h100/trials.csv --target cuda \\
         --workloads MM1 --tuners opevo opevo:mutate_rate=0.1 opevo:mutate_rate=0.9 --seeds 5 --budget 512 --out /tmp/replay
+    # brute-forced Kernel Tuner caches: our tuners (told the restrictions) against Kernel Tuner's strategies
+    python -m benchmarks --objective cache --cache ../shared/data/benchmark_hub/gemm/RTX_Titan.json.gz \
+        --tuners opevo gbfs kt:genetic_algorithm kt:bayes_opt --seeds 10 --budget 200 --concurrency 1 \
+        --out /tmp/hub
     # figures and tables again from a CSV (trials.csv, or trials.csv.gz as published)
     python -m benchmarks --report-only --out docs/results/h100
 
@@ -27,14 +31,18 @@ from pathlib import Path
 from trial_code import targets
 from trial_code.evaluate import Limits
 
-from . import catalog, report
-from .objectives import SYNTHETIC, Live, Objective, Recorded, Synthetic
+from . import catalog, kernel_tuner_strategies, report
+from .objectives import SYNTHETIC, Cache, Live, Objective, Recorded, Synthetic
 from .runner import Plan, run
 
 
 def objectives(args: argparse.Namespace) -> list[Objective]:
     if args.objective == "synthetic":
         return [Synthetic(w) for w in args.workloads]
+    if args.objective == "cache":
+        if not args.cache:
+            raise SystemExit("--objective cache needs --cache FILE [FILE ...] (Kernel Tuner cache files)")
+        return [Cache(str(Path(path).resolve())) for path in args.cache]
     if args.objective == "recorded":
         if not args.record:
             raise SystemExit("--objective recorded needs --record CSV [CSV ...]")
@@ -60,7 +68,7 @@ def machine(args: argparse.Namespace) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--objective", choices=("synthetic", "live", "recorded"), default="synthetic")
+    parser.add_argument("--objective", choices=("synthetic", "live", "recorded", "cache"), default="synthetic")
     parser.add_argument("--workloads", nargs="+", default=["SYN1"],
                         help=f"named workloads (live/recorded) or {', '.join(SYNTHETIC)} (synthetic)")
     parser.add_argument("--tuners", nargs="+", default=["opevo", "gbfs", "na2c", "autotvm", "nose", "tpe"],
@@ -70,6 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=2, help="trials at a time (NNI's trialConcurrency)")
     parser.add_argument("--target", default="auto", help="live: auto, cpu or cuda; recorded: the recorded target")
     parser.add_argument("--record", nargs="+", help="recorded: benchmark CSVs to replay")
+    parser.add_argument("--cache", nargs="+", help="cache: Kernel Tuner cache files (.json or .json.gz); each is a "
+                                                    "workload named after its file")
+    parser.add_argument("--budgets", type=int, nargs="+", default=[50, 100, 200],
+                        help="where the fraction-of-optimum table reads each run (cache objectives)")
     parser.add_argument("--build-timeout", type=float, default=120.0)
     parser.add_argument("--run-timeout", type=float, default=60.0)
     parser.add_argument("--out", type=Path, required=True, help="folder for trials.csv, run.json, plots, summary.md")
@@ -84,7 +96,12 @@ def main(argv: list[str] | None = None) -> None:
         csv_path = packed
     if not args.report_only:
         for spec in args.tuners:  # an unknown tuner fails before anything runs
-            catalog.class_args(spec)
+            if kernel_tuner_strategies.is_strategy(spec):
+                if args.objective != "cache":
+                    raise SystemExit(f"{spec}: Kernel Tuner's strategies run on --objective cache only")
+                kernel_tuner_strategies.check(spec)
+            else:
+                catalog.class_args(spec)
         plan = Plan(objectives(args), args.tuners, list(range(args.seeds)), args.budget, args.concurrency)
         args.out.mkdir(parents=True, exist_ok=True)
         runs_file = args.out / "run.json"
@@ -92,8 +109,9 @@ def main(argv: list[str] | None = None) -> None:
         log.append({"command": " ".join(["python -m benchmarks", *(argv if argv is not None else sys.argv[1:])]),
                     "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(args)})
         runs_file.write_text(json.dumps(log, indent=2) + "\n")
+        report.record_optima(args.out, {o.workload: o.optimum for o in plan.objectives if o.optimum is not None})
         run(plan, csv_path, progress=not args.no_progress)
-    for path in report.write(csv_path, args.out):
+    for path in report.write(csv_path, args.out, args.budgets):
         print(path)
 
 

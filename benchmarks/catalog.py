@@ -67,12 +67,14 @@ def parse(spec: str) -> tuple[str, dict[str, Any]]:
     return name, overrides
 
 
-def class_args(spec: str, optimize_mode: str = "maximize", seed: int | None = None) -> tuple[str, dict[str, Any]]:
+def class_args(spec: str, optimize_mode: str = "maximize", seed: int | None = None,
+               extra: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
     """(class name, every classArg with its value) for an NNI experiment config or for building
-    the tuner; ValueError naming a bad override."""
+    the tuner; ``extra`` adds classArgs of the experiment's own (a constraint); ValueError naming
+    a bad override."""
     name, overrides = parse(spec)
     entry = CATALOG[name]
-    given = {**entry.class_args, **overrides}
+    given = {**entry.class_args, **(extra or {}), **overrides}
     if entry.builtin is None:
         given = {**given, "optimize_mode": optimize_mode, **({"seed": seed} if seed is not None else {})}
         values = entry.tuner_class.Args.parse(given).values()
@@ -90,7 +92,8 @@ def default(spec: str, key: str) -> Any:
     return class_args(spec)[1].get(key)
 
 
-def build(spec: str, seed: int | None = None, optimize_mode: str = "maximize") -> Tuner:
+def build(spec: str, seed: int | None = None, optimize_mode: str = "maximize",
+          extra: dict[str, Any] | None = None) -> Tuner:
     """A new tuner for ``spec`` (see the module docstring)."""
-    class_name, kwargs = class_args(spec, optimize_mode, seed)
+    class_name, kwargs = class_args(spec, optimize_mode, seed, extra)
     return getattr(nni_opevo, class_name)(**kwargs)

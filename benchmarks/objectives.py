@@ -1,8 +1,10 @@
-"""What a benchmark trial measures: live kernels, a replay of recorded measurements, or a
-synthetic landscape. Each objective has a search space and turns trial parameters into the
-report a trial would send (``default`` TFLOPS, ``status``) plus ``seconds``, the time the trial
-took (measured for live kernels, recorded for replays, modelled for synthetic ones), which
-the simulated clock uses for wall-clock comparisons.
+"""What a benchmark trial measures: live kernels, a replay of recorded measurements, a
+brute-forced tuning cache, or a synthetic landscape. Each objective has a search space and
+turns trial parameters into the report a trial would send (``default`` TFLOPS, ``status``) plus
+``seconds``, the time the trial took (measured for live kernels, recorded for replays and
+caches, modelled for synthetic ones), which the simulated clock uses for wall-clock
+comparisons. An objective may also carry a constraint (the classArgs every tuner gets) and
+the optimum its scores are read against.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from trial_code.targets import Target
 from trial_code.templates import for_workload
 from trial_code.workloads import lookup
 
+from . import tuning_cache
 from .synthetic import tiled_matmul
 from .table import read_rows
 
@@ -30,8 +33,12 @@ def config_key(params: dict[str, Any]) -> str:
 
 
 class Objective(ABC):
-    kind: str  # synthetic | live | recorded
+    kind: str  # synthetic | live | recorded | cache
     live = False  # measured in real time (the runner runs trials in parallel threads)
+    constraint: dict[str, Any] = {}
+    """classArgs (``constraint``, ``constraint_args``) that tell a tuner which configurations may be measured."""
+    optimum: float | None = None
+    """The best score there is, where it is known (a brute-forced cache)."""
 
     def __init__(self, workload: str, target: str, space: dict[str, Any]) -> None:
         self.workload, self.target, self.space = workload, target, space
@@ -100,3 +107,27 @@ class Recorded(Objective):
             return {"default": 0.0, "status": UNRECORDED, "seconds": 0.0}
         return {"default": float(row["tflops"]), "status": row["status"], "seconds": float(row["seconds"])}
 
+
+class Cache(Objective):
+    """A Kernel Tuner cache (``tuning_cache``): the score of a configuration is a look-up, a
+    restricted configuration is ruled out by the constraint every tuner is given, and the
+    trial's seconds are what compiling, verifying and timing it cost on the real GPU. The
+    score goes to the report's TFLOPS column as GFLOP/s / 1000 (or 1/time where the cache has
+    no GFLOP/s); results read as a fraction of ``optimum``."""
+
+    kind = "cache"
+
+    def __init__(self, path: str) -> None:
+        self.cache = tuning_cache.load(path)
+        self.constraint = {"constraint": "benchmarks.tuning_cache:feasible", "constraint_args": {"cache": path}}
+        self.optimum = self.cache.optimum / 1e3
+        super().__init__(self.cache.name, f"{self.cache.kernel} on {self.cache.device or 'an unnamed GPU'}",
+                         self.cache.space)
+
+    def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
+        entry = self.cache.entries.get(self.cache.key(params))
+        if entry is None:  # the constraint keeps tuners from this; a tuner that ignores it pays a trial
+            return {"default": 0.0, "status": "RESTRICTED", "seconds": 0.0}
+        if entry.score is None:
+            return {"default": 0.0, "status": entry.status, "seconds": entry.seconds}
+        return {"default": entry.score / 1e3, "status": "NO_ERROR", "seconds": entry.seconds}

@@ -12,18 +12,25 @@ one understates the spread by a fifth); a single seed has none (0).
 * ``sweep_<param>.png``: for tuner specs that differ in one classArg override (e.g.
   ``opevo:mutate_rate=0.1`` ... ``=0.9``), mean +- std best after the budget against its value
   (figures 7-8).
+* Where the optimum of a workload is known (a brute-forced cache; ``optima.json``, written by
+  the benchmark), ``fractions.md``: the best found as a fraction of the optimum after each of
+  ``budgets`` evaluations, mean +- std per tuner and workload, the best mean per column in bold
+  and every tuner within one standard error of it marked; and ``fraction_vs_trials.png``.
 """
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-from . import catalog
+from . import catalog, kernel_tuner_strategies
 from .objectives import UNRECORDED
 from .table import read_rows
+
+OPTIMA = "optima.json"
 
 Runs = dict[str, dict[str, dict[str, list[dict[str, str]]]]]  # workload -> tuner -> seed -> rows by index
 
@@ -144,7 +151,7 @@ def sweeps(runs: Runs) -> dict[tuple[str, str], list[tuple[float, str]]]:
     """(base tuner, classArg) -> [(value, spec)] for specs overriding exactly that one classArg
     (and the plain base spec, at its catalog value)."""
     found: dict[tuple[str, str], list[tuple[float, str]]] = defaultdict(list)
-    specs = {t for tuners in runs.values() for t in tuners}
+    specs = {t for tuners in runs.values() for t in tuners if not kernel_tuner_strategies.is_strategy(t)}
     for spec in specs:
         base, overrides = catalog.parse(spec)
         if len(overrides) == 1:
@@ -180,7 +187,72 @@ def plot_sweeps(runs: Runs, out: Path) -> list[Path]:
     return written
 
 
-def write(csv_path: Path, out: Path, title: str = "") -> list[Path]:
+def record_optima(out: Path, optima: dict[str, float]) -> None:
+    """Remember the known optimum of each workload for the fraction table (merged into ``optima.json``)."""
+    if not optima:
+        return
+    path = out / OPTIMA
+    known = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**known, **optima}, indent=2, sort_keys=True) + "\n")
+
+
+def fraction_at(rows: list[dict[str, str]], budget: int, optimum: float) -> float:
+    """Best score within the first ``budget`` evaluations, as a fraction of ``optimum`` (a run
+    that stopped earlier keeps its last best)."""
+    curve = best_so_far(rows)
+    return float(curve[min(budget, len(curve)) - 1] / optimum) if len(curve) else 0.0
+
+
+def fraction_table(runs: Runs, optima: dict[str, float], budgets: list[int]) -> str:
+    """Tuners x budgets per workload: mean ± sample std of the fraction of the optimum. The best
+    mean of each column is bold; a tuner whose mean is within one standard error (of the
+    difference) of it is marked ≈, a tie within noise."""
+    lines = []
+    for workload, tuners in sorted(runs.items()):
+        if workload not in optima:
+            continue
+        table = {t: {b: [fraction_at(r, b, optima[workload]) for r in seeds.values()] for b in budgets}
+                 for t, seeds in tuners.items()}
+        best = {b: max(table, key=lambda t: np.mean(table[t][b])) for b in budgets}
+        lines += [f"### {workload}", "", "| tuner | seeds | " + " | ".join(f"after {b}" for b in budgets) + " |",
+                  "|---|---|" + "---|" * len(budgets)]
+        for tuner in sorted(table, key=lambda t: -np.mean(table[t][budgets[-1]])):
+            cells = []
+            for b in budgets:
+                values, top = table[tuner][b], table[best[b]][b]
+                cell = f"{np.mean(values):.3f} ± {sample_std(values):.3f}"
+                error = math.hypot(sample_std(values) / math.sqrt(len(values)), sample_std(top) / math.sqrt(len(top)))
+                if tuner == best[b]:
+                    cell = f"**{cell}**"
+                elif np.mean(top) - np.mean(values) <= error:
+                    cell = f"≈ {cell}"
+                cells.append(cell)
+            lines.append(f"| {tuner} | {len(tuners[tuner])} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_fractions(runs: Runs, optima: dict[str, float], out: Path) -> list[Path]:
+    known = {w: t for w, t in runs.items() if w in optima}
+    if not known:
+        return []
+    fig, axes = _panels(len(known))
+    for ax, (workload, tuners) in zip(axes, sorted(known.items())):
+        for tuner, seeds in sorted(tuners.items()):
+            curves = curves_by_trial(seeds) / optima[workload]
+            _band(ax, np.arange(1, curves.shape[1] + 1), curves, tuner)
+        ax.set_title(workload)
+        ax.set_xlabel("evaluations")
+        ax.set_ylabel("best found / optimum")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=6)
+    fig.tight_layout()
+    path = out / "fraction_vs_trials.png"
+    fig.savefig(path, dpi=110)
+    return [path]
+
+
+def write(csv_path: Path, out: Path, budgets: list[int] | None = None, title: str = "") -> list[Path]:
     """Plots and summary.md next to the CSV (or in ``out``); returns the files written."""
     rows = read_rows(csv_path)
     if not rows:
@@ -190,4 +262,11 @@ def write(csv_path: Path, out: Path, title: str = "") -> list[Path]:
     written = plot_curves(runs, out, title or csv_path.parent.name) + plot_sweeps(runs, out)
     summary = out / "summary.md"
     summary.write_text(summary_table(runs))
-    return written + [summary]
+    written.append(summary)
+    optima_path = out / OPTIMA
+    if optima_path.exists():
+        optima = json.loads(optima_path.read_text())
+        fractions = out / "fractions.md"
+        fractions.write_text(fraction_table(runs, optima, budgets or [50, 100, 200]))
+        written += [fractions, *plot_fractions(runs, optima, out)]
+    return written

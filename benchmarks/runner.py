@@ -3,6 +3,12 @@
 A run (objective, tuner, seed) with rows already in the CSV is not redone: a complete one is
 skipped, and an interrupted one is resumed, its tuner rebuilt from those rows through
 ``import_data`` (as ``nnictl resume`` would) and driven for the rest of the budget.
+
+NNI tuners (catalog names) are driven through NNI's calls (``dispatch``) and get the
+objective's constraint as classArgs. Kernel Tuner's strategies (``kt:<name>``, on a cache
+objective) run in Kernel Tuner itself (``kernel_tuner_strategies``), one evaluation at a time
+on the simulated clock; an interrupted one is run again with its seed (Kernel Tuner cannot be
+resumed) and only the rows past those in the CSV are written.
 """
 from __future__ import annotations
 
@@ -15,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import catalog
+from . import catalog, kernel_tuner_strategies
 from .dispatch import Trial, drive
-from .objectives import Objective, config_key
+from .objectives import Cache, Objective, config_key
 from .table import read_rows
 
 COLUMNS = ["objective", "workload", "target", "tuner", "seed", "index", "parameter_id", "started_s", "finished_s",
@@ -82,7 +88,10 @@ def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: lis
     if done >= plan.budget:
         bar.finished(label + " (already in the CSV)", done, best, started)
         return
-    tuner = catalog.build(tuner_spec, seed)
+    if kernel_tuner_strategies.is_strategy(tuner_spec):
+        _one_kernel_tuner(plan, objective, tuner_spec, seed, done, writer, handle, bar, label)
+        return
+    tuner = catalog.build(tuner_spec, seed, extra=objective.constraint)
     history = [{"parameter": json.loads(r["configuration"]), "value": float(r["tflops"])} for r in rows]
     offset = max((float(r["finished_s"]) for r in rows), default=0.0)
     first_id = max((int(r["parameter_id"]) for r in rows), default=-1) + 1
@@ -111,3 +120,29 @@ def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: lis
         if pool is not None:
             pool.shutdown()
     bar.finished(label + (" (space exhausted)" if result.exhausted else ""), done + len(result.trials), best, started)
+
+
+def _one_kernel_tuner(plan: Plan, objective: Objective, spec: str, seed: int, done: int, writer: csv.DictWriter,
+                      handle: TextIO, bar: Progress, label: str) -> None:
+    if not isinstance(objective, Cache):
+        raise ValueError(f"{spec}: Kernel Tuner's strategies run on cache objectives only, not {objective.kind}")
+    started = time.time()
+    clock, best = 0.0, 0.0
+    evaluations = kernel_tuner_strategies.run(objective.cache, spec, seed, plan.budget)
+    for index, evaluation in enumerate(evaluations):
+        report = objective(evaluation.parameters)
+        begin, clock = clock + evaluation.strategy_ms / 1e3, clock + evaluation.strategy_ms / 1e3 + report["seconds"]
+        best = max(best, float(report["default"]))
+        if index < done:
+            continue
+        writer.writerow({
+            "objective": objective.kind, "workload": objective.workload, "target": objective.target,
+            "tuner": spec, "seed": seed, "index": index, "parameter_id": index, "started_s": f"{begin:.3f}",
+            "finished_s": f"{clock:.3f}", "tuner_ms": f"{evaluation.strategy_ms:.3f}", "tflops": report["default"],
+            "status": report["status"], "seconds": f"{report['seconds']:.3f}",
+            "configuration": config_key(evaluation.parameters),
+        })
+        bar.update(label, index + 1, plan.budget, best, started)
+    handle.flush()
+    stopped = " (the strategy stopped early)" if len(evaluations) < plan.budget else ""
+    bar.finished(label + stopped, len(evaluations), best, started)

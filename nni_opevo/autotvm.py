@@ -80,7 +80,7 @@ class AutoTVMTuner(PopulationTuner):
 
     def _observe(self, key: ConfigKey) -> None:
         _, population = self.require_space()
-        if population.n_evaluated >= self.args.plan_size * (self._fits + 1):
+        if population.n_measured >= self.args.plan_size * (self._fits + 1):
             keys = list(population.evaluated())
             y = np.array([population.weight(k) for k in keys])
             if y.max() > 0:  # as AutoTVM: nothing to learn from before a first valid result
@@ -102,14 +102,15 @@ class AutoTVMTuner(PopulationTuner):
             if k not in self._features:
                 self._features[k] = space.features(population.records[k].config)
         self.model.fit(np.stack([self._features[k] for k in keys]), y)
-        self._fits = population.n_evaluated // self.args.plan_size
+        self._fits = population.n_measured // self.args.plan_size
 
         def score(configs: list[Config]) -> np.ndarray:
             return self.model.predict(np.stack([space.features(c) for c in configs]))
 
         n_model = self.args.plan_size - int(self.args.epsilon * self.args.plan_size)
         pool_size = int(round(self.args.diversity_ratio * n_model))
-        self.last_pool = self.annealer.best(score, pool_size, self.seen)
+        # Seen or infeasible candidates never enter the plan (screened without recording each refusal).
+        self.last_pool = self.annealer.best(score, pool_size, lambda c: self.seen(c) or not self.feasible(c, learn=False))
         configs = [c for _, c in self.last_pool]
         picked = diverse_batch(configs, np.array([s for s, _ in self.last_pool]), n_model, self.args.diversity_weight)
         self.plan = [configs[i] for i in picked]

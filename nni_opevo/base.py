@@ -11,6 +11,12 @@ same way for every algorithm, so that comparisons between them measure the algor
   the subclass's own re-variations (``_variations``), then the nearest unseen configuration in
   the topology, then random draws, then, for small spaces, listing; when nothing is left the
   tuner raises NoMoreTrialError and NNI ends the experiment;
+* the constraint hook (``constraint``): a proposal the constraint refuses is recorded as a
+  failed configuration that no trial ran (``Population.reject``), the algorithm learns from it
+  as from a failure (``_observe``) and is asked for another proposal; every fallback above
+  proposes only configurations the constraint accepts, so the tuner ends with NoMoreTrialError
+  once every feasible configuration is used. How many candidates the constraint refused is
+  logged. A constraint that raises ends the experiment with its error (``fatal``);
 * results are read by ``fitness`` (a number or ``{"default": ...}``; anything else, or a trial
   that ends without a result, is a failure) and ``population`` tolerates unknown, repeated and
   mismatched parameter ids (microsoft/nni#5726) and customized trials;
@@ -30,10 +36,10 @@ import numpy as np
 from nni import NoMoreTrialError
 from nni.tuner import Tuner
 
-from . import fatal
+from . import constraint, fatal
 from .class_args import SearchArgs, document
 from .fitness import Fitness
-from .operators import nearest_unseen
+from .operators import nearest_usable
 from .population import Population
 from .search_space import Config, ConfigKey, SearchSpace
 
@@ -42,6 +48,11 @@ _logger = logging.getLogger(__name__)
 SEARCH_EXPANSIONS = 500
 RANDOM_DRAWS = 256
 ENUMERATION_LIMIT = 200_000
+PROPOSALS_PER_TRIAL = 100
+"""Proposals the algorithm may make for one trial while the constraint refuses them, before the
+fallbacks (random feasible draws, listing) take over."""
+REPORT_EVERY = 64
+"""Trials between two log lines counting the constraint's refusals (after the 1st, 2nd, 4th ... 64th)."""
 
 
 class PopulationTuner(Tuner):
@@ -63,6 +74,7 @@ class PopulationTuner(Tuner):
         self.seed = seed if seed is not None else int(np.random.default_rng().integers(2**31))
         _logger.info("%s seed %d", self.algorithm, self.seed)
         self.rng = np.random.default_rng(self.seed)
+        self.constraint = constraint.load(self.args.constraint, self.args.constraint_args)
         self.space: SearchSpace | None = None
         self.population: Population | None = None
         self.n_proposed = 0  # proposals and imported results
@@ -114,12 +126,40 @@ class PopulationTuner(Tuner):
 
     def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, Any]:
         space, population = self.require_space()
-        if len(population) >= space.size:
-            raise NoMoreTrialError("every configuration of the search space has been proposed")
-        config = self._unique(self._propose())
+        try:
+            config = self._next()
+        except constraint.ConstraintError as e:
+            fatal.fail(e)
+            raise
+        except NoMoreTrialError:
+            self._report_constraint(final=True)
+            raise
         population.propose(parameter_id, config)
         self.n_proposed += 1
+        n = self.n_proposed
+        if n % REPORT_EVERY == 0 or (n < REPORT_EVERY and n & (n - 1) == 0):
+            self._report_constraint()
         return space.to_trial(config)
+
+    def _next(self) -> Config:
+        """The algorithm's next proposal that is unseen and feasible (see the module docstring)."""
+        space, population = self.require_space()
+        for _ in range(PROPOSALS_PER_TRIAL):
+            if len(population) >= space.size:
+                raise NoMoreTrialError("every configuration of the search space has been proposed or refused")
+            config = self._propose()
+            if not self.seen(config):
+                if self.feasible(config):
+                    return config
+                continue  # refused: learnt as a failure; the algorithm proposes again
+            return self._unique(config) or self._fallback()
+        return self._fallback()
+
+    def _report_constraint(self, final: bool = False) -> None:
+        if self.constraint is not None and (self.constraint.rejected or final):
+            _logger.info("%s: the constraint refused %d of %d candidates (%d trials proposed)%s", self.algorithm,
+                         self.constraint.rejected, self.constraint.calls, self.n_proposed,
+                         "; no feasible configuration is left" if final else "")
 
     def receive_trial_result(self, parameter_id: int, parameters: Any, value: Any, **kwargs: Any) -> None:
         _, population = self.require_space()
@@ -163,8 +203,26 @@ class PopulationTuner(Tuner):
         return self.space, self.population
 
     def seen(self, config: Config) -> bool:
+        """Evaluated, in flight, or refused by the constraint."""
         space, population = self.require_space()
         return population.seen(space.identity(config))
+
+    def feasible(self, config: Config, learn: bool = True) -> bool:
+        """Whether the constraint accepts ``config`` (always, without one), asked of an unseen
+        configuration. A refused one is recorded as a failure and observed by the algorithm,
+        unless ``learn`` is False (a model screening many candidates only asks)."""
+        if self.constraint is None:
+            return True
+        space, population = self.require_space()
+        if self.constraint(space.to_trial(config)):
+            return True
+        if learn:
+            self._observe(population.reject(config))
+        return False
+
+    def usable(self, config: Config) -> bool:
+        """Unseen and feasible: a configuration that may be proposed."""
+        return not self.seen(config) and self.feasible(config)
 
     def _convert(self, parameters: Any) -> Config | None:
         assert self.space is not None
@@ -174,40 +232,43 @@ class PopulationTuner(Tuner):
             _logger.warning("ignoring parameters outside the search space (%s): %r", e, parameters)
             return None
 
-    def _unique(self, config: Config) -> Config:
-        """``config`` if unseen, else the first unseen alternative (see the module docstring)."""
+    def _unique(self, config: Config) -> Config | None:
+        """A usable alternative to ``config``, which was already seen: the algorithm's own
+        variations, then the nearest usable configuration in the topology; None when neither
+        finds one."""
         space, _ = self.require_space()
-        if not self.seen(config):
-            return config
         for variant in self._variations(config):
-            if not self.seen(variant):
+            if self.usable(variant):
                 return variant
-        near = nearest_unseen(space, config, self.seen, self.rng, SEARCH_EXPANSIONS)
-        if near is not None:
-            return near
+        return nearest_usable(space, config, self.usable, self.rng, SEARCH_EXPANSIONS)
+
+    def _fallback(self) -> Config:
+        """A usable configuration when the algorithm found none: a random draw, or, in a space
+        small enough to list, any left; NoMoreTrialError when none is."""
+        space, _ = self.require_space()
         for _ in range(RANDOM_DRAWS):
             candidate = space.sample(self.rng)
-            if not self.seen(candidate):
+            if self.usable(candidate):
                 return candidate
         if space.size <= ENUMERATION_LIMIT:
-            unseen = [c for c in space.enumerate() if not self.seen(c)]
-            if unseen:
-                return unseen[int(self.rng.integers(len(unseen)))]
-            raise NoMoreTrialError("every configuration of the search space has been proposed")
+            left = [c for c in space.enumerate() if self.usable(c)]
+            if left:
+                return left[int(self.rng.integers(len(left)))]
+            raise NoMoreTrialError("every feasible configuration of the search space has been proposed")
         _logger.warning(
-            "no unseen configuration near the proposal nor in %d random draws of a space of %s; ending",
+            "no usable configuration near the proposal nor in %d random draws of a space of %s; ending",
             RANDOM_DRAWS,
             "infinite size" if math.isinf(space.size) else f"{space.size:.3g} configurations",
         )
-        raise NoMoreTrialError("no unseen configuration could be found")
+        raise NoMoreTrialError("no unseen feasible configuration could be found")
 
     def fresh(self, proposals: Iterator[Config], limit: int) -> list[Config]:
-        """Up to ``limit`` distinct unseen configurations from ``proposals``, in order."""
+        """Up to ``limit`` distinct usable configurations from ``proposals``, in order."""
         space, _ = self.require_space()
         out: dict[ConfigKey, Config] = {}
         for config in proposals:
             key = space.identity(config)
-            if key not in out and not self.seen(config):
+            if key not in out and self.usable(config):
                 out[key] = config
                 if len(out) == limit:
                     break

@@ -15,19 +15,28 @@ instead of crashing the built-in tuner.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+from nni import NoMoreTrialError
 from nni.tools.package_utils import tuner_factory
 from nni.tuner import Tuner
 
 from . import fatal
-from .class_args import ClassArgs, Validator, arg, document, fail, mapping, positive_int
+from .class_args import ConstraintArgs, Validator, arg, document, fail, mapping, positive_int
+from .constraint import ConstraintError, load
 from .parameters import ChoiceParameter, DiscreteParameter, FactorParameter, Parameter, PermParameter, SpaceError
 from .search_space import SearchSpace
+
+PROPOSALS_PER_TRIAL = 100
+"""Proposals of the built-in the constraint may refuse for one trial before a random feasible draw."""
+RANDOM_DRAWS = 256
+REPORT_EVERY = 64
 
 _logger = logging.getLogger(__name__)
 
@@ -42,7 +51,7 @@ def builtin_name(name: str, value: Any) -> str:
 
 
 @dataclass(frozen=True)
-class ChoiceViewArgs(ClassArgs):
+class ChoiceViewArgs(ConstraintArgs):
     tuner: str = arg("TPE", builtin_name, "the built-in tuner's name, as in `tuner: {name: ...}`")
     tuner_args: dict = arg({}, mapping, "its classArgs, e.g. `{optimize_mode: maximize, seed: 1}`")
     max_choices: int = arg(10_000, positive_int, "the most values a factor or perm may have to be listed as a choice")
@@ -82,9 +91,15 @@ class ChoiceViewTuner(Tuner):
         self.name = self.args.tuner
         self.max_choices = self.args.max_choices
         self.inner = _builtin(self.args)
+        self.constraint = load(self.args.constraint, self.args.constraint_args)
         self.space: SearchSpace | None = None
-        self._issued: set[int] = set()
+        self._issued: set[int] = set()  # NNI ids whose trial the built-in proposed (results go back to it)
+        self._drawn: set[int] = set()  # NNI ids of the view's own random draws (the built-in never hears of them)
+        self._inner_id: dict[int, int] = {}  # NNI id -> the id the built-in proposed it under
         self._ended: set[int] = set()
+        self._refused: set[str] = set()  # configurations the constraint refused (as JSON)
+        self._private_ids = itertools.count(-1, -1)  # the built-in's ids for candidates that never became trials
+        self._rng = np.random.default_rng(class_args.get("tuner_args", {}).get("seed"))
 
     # ------------------------------------------------------------------ space
 
@@ -149,11 +164,57 @@ class ChoiceViewTuner(Tuner):
         return out
 
     def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, Any]:
-        params = self._to_trial(self.inner.generate_parameters(parameter_id, **kwargs))
-        self._issued.add(parameter_id)
-        return params
+        if self.constraint is None:
+            params = self._to_trial(self.inner.generate_parameters(parameter_id, **kwargs))
+            self._issued.add(parameter_id)
+            return params
+        try:
+            return self._feasible_parameters(parameter_id, **kwargs)
+        except ConstraintError as e:
+            fatal.fail(e)
+            raise
+
+    def _feasible_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, Any]:
+        """The built-in's first proposal the constraint accepts. Each refused one is ended as a
+        failed trial for the built-in (what NNI tells it of a trial that failed), under an id of
+        its own, and never proposed; after ``PROPOSALS_PER_TRIAL`` refusals, a random feasible
+        configuration that the built-in does not hear about."""
+        assert self.space is not None and self.constraint is not None
+        for attempt in range(PROPOSALS_PER_TRIAL):
+            inner_id = parameter_id if attempt == 0 else next(self._private_ids)
+            params = self._to_trial(self.inner.generate_parameters(inner_id, **kwargs))
+            label = json.dumps(params, sort_keys=True)
+            if label not in self._refused and self.constraint(params):
+                self._issued.add(parameter_id)
+                self._inner_id[parameter_id] = inner_id
+                self._report(parameter_id)
+                return params
+            self._refused.add(label)
+            self.inner.trial_end(inner_id, False)
+        for _ in range(RANDOM_DRAWS):
+            params = self.space.to_trial(self.space.sample(self._rng))
+            label = json.dumps(params, sort_keys=True)
+            if label not in self._refused and self.constraint(params):
+                self._drawn.add(parameter_id)
+                return params
+            self._refused.add(label)
+        raise NoMoreTrialError(f"{self.name} and {RANDOM_DRAWS} random draws found no configuration the constraint "
+                               "accepts")
+
+    def _report(self, parameter_id: int) -> None:
+        if self.constraint is not None and len(self._issued) % REPORT_EVERY == 0:
+            _logger.info("ChoiceView(%s): the constraint refused %d of %d candidates (%d trials proposed)",
+                         self.name, self.constraint.rejected, self.constraint.calls, len(self._issued))
 
     def generate_multiple_parameters(self, parameter_id_list: list[int], **kwargs: Any) -> list[dict[str, Any]]:
+        if self.constraint is not None:  # one at a time, each checked (a built-in's own batching is bypassed)
+            out = []
+            for parameter_id in parameter_id_list:
+                try:
+                    out.append(self.generate_parameters(parameter_id))
+                except NoMoreTrialError:
+                    break
+            return out
         callback: Callable[..., Any] | None = kwargs.get("st_callback")
         if callback is not None:  # trials a built-in tuner sends later (Evolution) pass through the view too
             def send(parameter_id: int, params: dict[str, Any], *args: Any, **kw: Any) -> Any:
@@ -168,17 +229,20 @@ class ChoiceViewTuner(Tuner):
     # ------------------------------------------------------------------ results
 
     def receive_trial_result(self, parameter_id: int, parameters: Any, value: Any, **kwargs: Any) -> None:
+        if parameter_id in self._drawn:
+            return
         if parameter_id not in self._issued:
             _logger.warning("result for parameter id %s that %s never proposed: ignored", parameter_id, self.name)
             return
-        self.inner.receive_trial_result(parameter_id, self._to_inner(parameters), value, **kwargs)
+        inner_id = self._inner_id.get(parameter_id, parameter_id)
+        self.inner.receive_trial_result(inner_id, self._to_inner(parameters), value, **kwargs)
 
     def trial_end(self, parameter_id: int, success: bool, **kwargs: Any) -> None:
         if parameter_id not in self._issued or parameter_id in self._ended:
             _logger.debug("trial_end for parameter id %s not in flight: ignored", parameter_id)
             return
         self._ended.add(parameter_id)
-        self.inner.trial_end(parameter_id, success, **kwargs)
+        self.inner.trial_end(self._inner_id.get(parameter_id, parameter_id), success, **kwargs)
 
     def import_data(self, data: Any) -> None:
         if isinstance(data, str):

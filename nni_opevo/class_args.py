@@ -27,6 +27,8 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 from nni import ClassArgsValidator
 
+from .constraint import spec_rule
+
 Rule = Callable[[str, Any], Any]
 """(classArg name, given value) -> the value to use; raises ValueError naming the classArg."""
 A = TypeVar("A", bound="ClassArgs")
@@ -146,8 +148,8 @@ class ClassArgs:
         return {f.name: _default(f) for f in dataclasses.fields(cls)}
 
     def values(self) -> dict[str, Any]:
-        """Every classArg with its value, in declaration order (for an experiment's YAML)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """Every classArg with its value, the tuner's own first (for an experiment's YAML)."""
+        return {f.name: getattr(self, f.name) for f in _ordered(type(self))}
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -155,7 +157,17 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 @dataclass(frozen=True)
-class SearchArgs(ClassArgs):
+class ConstraintArgs(ClassArgs):
+    """The constraint hook every tuner of this package takes (``constraint``)."""
+
+    constraint: str | None = arg(None, spec_rule, "\"package.module:function\" that receives the parameters as a "
+                                                  "trial would and returns True when they may be measured; a "
+                                                  "configuration it refuses never becomes a trial")
+    constraint_args: dict = arg({}, mapping, "keyword arguments for the constraint function")
+
+
+@dataclass(frozen=True)
+class SearchArgs(ConstraintArgs):
     """The classArgs every tuner of this package shares (NNI's built-ins behind ChoiceView take theirs)."""
 
     optimize_mode: str = arg("maximize", one_of("maximize", "minimize"),

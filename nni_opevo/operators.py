@@ -59,16 +59,17 @@ def breed(
     return child
 
 
-def nearest_unseen(
+def nearest_usable(
     space: SearchSpace,
     start: Config,
-    seen: Callable[[Config], bool],
+    usable: Callable[[Config], bool],
     rng: np.random.Generator,
     max_expansions: int,
 ) -> Config | None:
-    """An unseen configuration at the smallest topology distance from ``start``, drawn
-    uniformly among those at that distance (breadth-first, at most ``max_expansions``
-    configurations expanded); None when none is found within the bound.
+    """A usable configuration (unseen, and feasible where there is a constraint) at the smallest
+    topology distance from ``start``, drawn uniformly among those at that distance
+    (breadth-first, at most ``max_expansions`` configurations expanded); None when none is
+    found within the bound.
 
     This is where repeated re-mutation of a child ends up once the walk keeps landing on
     sampled configurations: the first unseen ring around it.
@@ -86,7 +87,7 @@ def nearest_unseen(
                 if key in visited:
                     continue
                 visited.add(key)
-                (ring if seen(nb) else found).append(nb)
+                (found if usable(nb) else ring).append(nb)
             if expansions >= max_expansions:
                 break
         if found:

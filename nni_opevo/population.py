@@ -27,6 +27,7 @@ class Record:
     objective: float | None = None  # None: failed, or not reported yet
     evaluated: bool = False
     rank_entry: tuple[float, int, ConfigKey] | None = None
+    rejected: bool = False  # refused by the constraint: a failure that was never a trial
 
 
 class Population:
@@ -41,6 +42,7 @@ class Population:
         self._ranked: list[tuple[float, int, ConfigKey]] = []  # (-score, arrival, key): best first
         self._arrivals = 0
         self.version = 0  # bumped whenever the ranking changes
+        self.n_rejected = 0
 
     # ------------------------------------------------------------------ queries
 
@@ -53,7 +55,13 @@ class Population:
 
     @property
     def n_evaluated(self) -> int:
+        """Configurations with a verdict: measured, failed, or refused by the constraint."""
         return len(self._ranked)
+
+    @property
+    def n_measured(self) -> int:
+        """Configurations whose trial ended (the evaluated ones the constraint did not refuse)."""
+        return len(self._ranked) - self.n_rejected
 
     def parents(self, k: int) -> list[tuple[Config, float]]:
         """The top-k evaluated configurations with their eq. 2 weights."""
@@ -93,6 +101,16 @@ class Population:
         if self.records[key].evaluated:
             return None
         self._evaluate(key, None)
+        return key
+
+    def reject(self, config: Config) -> ConfigKey:
+        """A configuration the constraint refused: a failure that no trial ran."""
+        key = self.space.identity(config)
+        record = self.records.setdefault(key, Record(config))
+        if not record.rejected:
+            record.rejected = True
+            self.n_rejected += 1
+            self._evaluate(key, None)
         return key
 
     def add(self, config: Config, value: Any) -> ConfigKey:

@@ -186,3 +186,43 @@ def test_export_rebuilds_and_remeasures_the_best_of_a_stopped_experiment(quickst
     rows = [line for line in (out / "top_k.md").read_text().splitlines()[2:] if line]
     assert len(rows) == 3 and len(list((out / "kernels").iterdir())) == 3
     assert f"parameter {best['parameter_id']}" in done.stdout
+
+
+def test_cuda_mm1_experiment_spends_no_trial_on_the_static_limits(workdir):
+    """The shipped CUDA MM1 experiment, build-only on this GPU-less machine: the tuner's
+    constraint (the trial code's static check, H100 limits) refuses the configurations that
+    break the launch limits, so no trial reports a static-limit INSTANTIATION_ERROR, and the
+    dispatcher log counts the refusals."""
+    import yaml
+
+    repo = HERE.parent
+    cfg = yaml.safe_load((repo / "experiments/MM1/opevo.yml").read_text())
+    assert cfg["tuner"]["classArgs"]["constraint"] == "trial_code.constraint:feasible"
+    cfg["searchSpaceFile"] = str(repo / "search_spaces/MM1.cuda.json")
+    cfg["trialCodeDirectory"] = cfg["tuner"]["codeDirectory"] = str(repo)
+    cfg["trialCommand"] = cfg["trialCommand"].replace("python3", sys.executable, 1) + " --build-only --build-timeout 300"
+    cfg["trialConcurrency"], cfg["maxTrialNumber"] = 2, 8
+    cfg.pop("trialGpuNumber")
+    cfg["trainingService"] = {"platform": "local"}
+    with Experiment(workdir, cfg) as exp:
+        status = exp.wait(timeout=900)
+        assert status["status"] in ("DONE", "NO_MORE_TRIAL"), status
+        results = exp.results()
+        log = exp.dispatcher_log()
+    assert len(results) == 8
+    statuses = [r["status"] for r in results.values()]
+    assert "INSTANTIATION_ERROR" not in statuses, results
+    assert statuses.count("NO_ERROR") >= 6, results  # built and nvcc-compiled
+    assert "OpEvo: the constraint refused" in log, log[-2000:]
+
+
+def test_a_raising_constraint_ends_the_experiment_with_its_message(workdir):
+    shutil.copy(HERE / "constraints.py", workdir)
+    tuner = {"className": "nni_opevo.OpEvoTuner", "codeDirectory": str(workdir),
+             "classArgs": {"constraint": "constraints:raises"}}
+    with Experiment(workdir, config(workdir, analytic_trial.space(), tuner, 4)) as exp:
+        status = exp.wait(timeout=120)
+        assert status["status"] == "ERROR"
+        shown = json.dumps(status["errors"]) + exp.dispatcher_log()
+        assert "the constraint constraints:raises raised KeyError: 'no such knob'" in shown
+        assert exp.parameters() == {}

@@ -9,7 +9,9 @@ The checkout ships what users read and copy, and only that: for every named work
 (CUDA: trialConcurrency 8, maxTrialNumber 512, as in the paper) and ``opevo-cpu.yml``; the CPU
 quickstart ``experiments/quickstart/opevo.yml``; OpEvo on MM1 scaled out to
 ``experiments/scale-out/multi-gpu.yml`` (four GPUs of one machine) and ``remote.yml`` (GPUs of
-other machines over SSH; fill in the hosts). An experiment with any other tuner of the catalog
+other machines over SSH; fill in the hosts). Every experiment's tuner gets the trial code's
+static check as its constraint (``trial_code.constraint``). An experiment with any other tuner
+of the catalog
 (``benchmarks.catalog``: the peers with their papers' settings) is written on demand with
 ``--tuner``, or run at once with ``nni-opevo launch --workload W --tuner T``.
 Run ``nnictl create --config experiments/<name>/<tuner>.yml`` from the repository root.
@@ -27,7 +29,7 @@ import yaml
 
 from benchmarks import catalog
 
-from . import REPO_ROOT, workloads
+from . import REPO_ROOT, constraint, workloads
 from .cli import add_workload_options, workload_from
 from .templates import for_workload
 from .workloads import Workload
@@ -75,7 +77,7 @@ def experiment(layout: Layout, config_path: str, workload: Workload, kind: str, 
         "trialCodeDirectory": code,
         "trialConcurrency": concurrency,
         "maxTrialNumber": trials,
-        "tuner": tuner_config(tuner, code),
+        "tuner": tuner_config(tuner, code, constraint.class_args(workload, kind)),
         "trainingService": {"platform": "local"},
     }
     if kind == "cuda":
@@ -87,8 +89,10 @@ def experiment(layout: Layout, config_path: str, workload: Workload, kind: str, 
     return config
 
 
-def tuner_config(spec: str, code_directory: str) -> dict[str, Any]:
-    class_name, class_args = catalog.class_args(spec)
+def tuner_config(spec: str, code_directory: str, constraint_args: dict[str, Any]) -> dict[str, Any]:
+    """The tuner section: the catalog's classArgs plus the static-feasibility constraint, so
+    no trial is spent on a configuration that breaks the target's limits."""
+    class_name, class_args = catalog.class_args(spec, extra=constraint_args)
     # className tuners need a codeDirectory in NNI 3.0; the checkout root also finds an uninstalled nni_opevo.
     return {"className": f"nni_opevo.{class_name}", "codeDirectory": code_directory, "classArgs": class_args}
 

@@ -1,0 +1,95 @@
+"""Kernel Tuner's own search strategies as peers, run by the ``kernel_tuner`` package itself.
+
+Kernel Tuner replays a cache file in its simulation mode (``kernel_tuner.tune_cache``: the
+restrictions are inferred from the cache, so its strategies, like our tuners given the cache's
+constraint, never spend an evaluation on a restricted configuration). A strategy is named
+``kt:<strategy>`` in a benchmark (``kt:genetic_algorithm``, ``kt:bayes_opt`` ...), run with the
+same budget (``max_fevals``) and seed as every other tuner, and scored the same way: its
+evaluations are read in order, each configuration counted once (a strategy that revisits a
+configuration gets the cached result for free, as in Kernel Tuner), and looked up in the same
+``tuning_cache``. Some strategies stop before the budget; their run is then shorter.
+
+Kernel Tuner is an optional dependency: ``pip install -e '.[kerneltuner]'``.
+"""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from .tuning_cache import TuningCache
+
+PREFIX = "kt:"
+STRATEGIES = ("random_sample", "genetic_algorithm", "diff_evo", "simulated_annealing", "pso", "firefly_algorithm",
+              "bayes_opt", "mls", "greedy_ils", "dual_annealing")
+"""The strategies the published comparison runs; any other name Kernel Tuner knows works too."""
+
+
+def is_strategy(spec: str) -> bool:
+    return spec.startswith(PREFIX)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    parameters: dict[str, Any]
+    strategy_ms: float  # the strategy's own time before this evaluation, as Kernel Tuner records it
+
+
+def import_kernel_tuner() -> Any:
+    try:
+        import kernel_tuner
+    except ImportError as e:
+        raise ImportError("Kernel Tuner's strategies need the kernel_tuner package: "
+                          "pip install -e '.[kerneltuner]'") from e
+    return kernel_tuner
+
+
+def check(spec: str) -> None:
+    """ValueError naming an unknown strategy (before anything runs)."""
+    name = spec.removeprefix(PREFIX)
+    import_kernel_tuner()
+    from kernel_tuner.interface import strategy_map
+
+    if name not in strategy_map:
+        raise ValueError(f"unknown Kernel Tuner strategy {name!r}; known: {', '.join(sorted(strategy_map))}")
+
+
+def _plain_json(cache: TuningCache, folder: str) -> str:
+    """Kernel Tuner reads only a plain ``.json`` cache, and appends to one it opens: a private copy."""
+    path = os.path.join(folder, f"{cache.name}.json")
+    if not os.path.exists(path):
+        opener = gzip.open if cache.path.endswith(".gz") else open
+        with opener(cache.path, "rb") as source, open(path, "wb") as copy:
+            shutil.copyfileobj(source, copy)
+    return path
+
+
+def run(cache: TuningCache, spec: str, seed: int, budget: int) -> list[Evaluation]:
+    """The distinct configurations the strategy evaluated, in order, at most ``budget``."""
+    kernel_tuner = import_kernel_tuner()
+    with tempfile.TemporaryDirectory(prefix="nni-opevo-kt-") as folder:
+        path = _plain_json(cache, folder)
+        # Kernel Tuner prints its progress, and warns that a cache names no thread-block sizes.
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            results, _ = kernel_tuner.tune_cache(path, strategy=spec.removeprefix(PREFIX),
+                                                 strategy_options={"max_fevals": budget}, seed=seed,
+                                                 quiet=True, verbose=False)
+    seen: set[tuple] = set()
+    out = []
+    for record in results:
+        params = {name: record[name] for name in cache.keys}
+        key = cache.key(params)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(Evaluation(params, float(record.get("strategy_time") or 0.0)))
+        if len(out) == budget:
+            break
+    return out

@@ -1,0 +1,24 @@
+"""Constraint functions for the tests, importable as ``constraints:<name>`` (tests/ is on the path)."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def first_factor_at_most(params: dict[str, Any], name: str = "f", most: int = 4) -> bool:
+    """Feasible while the first entry of factor ``name`` is at most ``most``."""
+    return params[name][0] <= most
+
+
+def tiled_limits(params: dict[str, Any]) -> bool:
+    """The synthetic tiled MatMul's launch limits (benchmarks.synthetic), as a kernel's restrictions."""
+    from benchmarks.synthetic import _valid
+
+    return _valid(params["tile_n"], params["tile_m"], params["tile_k"])
+
+
+def raises(params: dict[str, Any]) -> bool:
+    raise KeyError("no such knob")
+
+
+def not_a_bool(params: dict[str, Any]) -> Any:
+    return "yes"

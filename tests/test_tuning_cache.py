@@ -1,0 +1,112 @@
+"""Kernel Tuner caches as a benchmark objective: the reader on a tiny cache written here, every
+tuner told the restrictions through the constraint hook, and Kernel Tuner's own strategies
+replayed through the harness on the same file."""
+from __future__ import annotations
+
+import csv
+import gzip
+import itertools
+import json
+
+import pytest
+from nni import NoMoreTrialError
+
+from benchmarks import tuning_cache
+from benchmarks.__main__ import main
+from benchmarks.objectives import Cache
+from benchmarks.report import fraction_at
+from nni_opevo import OpEvoTuner, SearchSpace
+
+pytest.importorskip("kernel_tuner")
+
+
+def write_cache(path, failed=("8,b,3",)):
+    """x in {1,2,4,8}, y in {a,b}, z fixed; the restriction keeps x*len(y) <= 8 and drops (2, b);
+    one configuration failed to compile. GFLOP/s peaks at (4, a)."""
+    params = {"x": [1, 2, 4, 8], "y": ["a", "b"], "z": [3]}
+    cache = {}
+    for x, y, z in itertools.product(*params.values()):
+        if (x, y) == (2, "b"):
+            continue  # restricted: absent
+        key = f"{x},{y},{z}"
+        time = 10.0 / (x if x <= 4 else 1) + (1.0 if y == "b" else 0.0)
+        record = {"x": x, "y": y, "z": z, "time": "CompilationFailedConfig" if key in failed else time,
+                  "compile_time": 500.0, "verification_time": 0, "benchmark_time": 100.0}
+        if key not in failed:
+            record["GFLOP/s"] = 1000.0 / time
+        cache[key] = record
+    data = {"device_name": "Tiny GPU", "kernel_name": "tiny_kernel", "problem_size": [64, 64], "tune_params_keys":
+            list(params), "tune_params": params, "objective": "time", "cache": cache}
+    with gzip.open(path, "wt") as handle:
+        json.dump(data, handle)
+    return path
+
+
+def test_a_cache_reads_as_a_space_a_constraint_and_scores(tmp_path):
+    path = str(write_cache(tmp_path / "tiny.json.gz"))
+    cache = tuning_cache.load(path)
+    assert cache.space == {"x": {"_type": "discrete", "_value": [1, 2, 4, 8]},
+                           "y": {"_type": "choice", "_value": ["a", "b"]}, "z": {"_type": "discrete", "_value": [3]}}
+    assert cache.grid_size == 8 and len(cache.entries) == 7
+    assert tuning_cache.feasible({"x": 4, "y": "a", "z": 3}, cache=path)
+    assert not tuning_cache.feasible({"x": 2, "y": "b", "z": 3}, cache=path)
+    assert cache.optimum == pytest.approx(400.0)
+    objective = Cache(path)
+    assert objective({"x": 4, "y": "a", "z": 3}) == {"default": pytest.approx(0.4), "status": "NO_ERROR",
+                                                     "seconds": pytest.approx(0.6)}
+    assert objective({"x": 8, "y": "b", "z": 3})["status"] == "CompilationFailedConfig"
+    assert objective({"x": 8, "y": "b", "z": 3})["default"] == 0.0
+    assert objective.optimum == pytest.approx(0.4)
+
+
+def test_a_tuner_told_the_restrictions_measures_only_cached_configurations(tmp_path):
+    path = str(write_cache(tmp_path / "tiny.json.gz"))
+    tuner = OpEvoTuner(seed=0, parents_size=2, offspring_size=2, constraint="benchmarks.tuning_cache:feasible",
+                       constraint_args={"cache": path})
+    space = SearchSpace(tuning_cache.load(path).space)
+    tuner.update_search_space(space.raw)
+    proposed = []
+    for i in range(7):
+        params = tuner.generate_parameters(i)
+        proposed.append(params)
+        tuner.receive_trial_result(i, params, Cache(path)(params))
+    assert {(p["x"], p["y"]) for p in proposed} == {(x, y) for x in (1, 2, 4, 8) for y in "ab"} - {(2, "b")}
+    with pytest.raises(NoMoreTrialError, match="proposed or refused"):
+        tuner.generate_parameters(7)
+
+
+def test_kernel_tuner_strategies_and_our_tuners_on_the_same_cache(tmp_path):
+    path = str(write_cache(tmp_path / "tiny.json.gz", failed=()))
+    out = tmp_path / "bench"
+    main(["--objective", "cache", "--cache", path, "--tuners", "opevo", "gbfs", "kt:random_sample",
+          "kt:genetic_algorithm", "--seeds", "2", "--budget", "5", "--concurrency", "1", "--budgets", "2", "5",
+          "--out", str(out), "--no-progress"])
+    with open(out / "trials.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    cache = tuning_cache.load(path)
+    runs = {}
+    for row in rows:
+        runs.setdefault((row["tuner"], row["seed"]), []).append(row)
+    assert set(runs) == {(t, s) for t in ("opevo", "gbfs", "kt:random_sample", "kt:genetic_algorithm") for s in "01"}
+    for (tuner, _), run in runs.items():
+        configs = [json.loads(r["configuration"]) for r in run]
+        assert len({json.dumps(c, sort_keys=True) for c in configs}) == len(configs), "each configuration once"
+        assert all(cache.feasible(c) for c in configs), f"{tuner} measured a restricted configuration"
+        for row, config in zip(run, configs):  # the same scoring for every tuner
+            assert float(row["tflops"]) == pytest.approx(cache.entries[cache.key(config)].score / 1e3)
+        assert len(run) == 5 or tuner.startswith("kt:")
+    assert json.loads((out / "optima.json").read_text()) == {"tiny": pytest.approx(0.4)}
+    table = (out / "fractions.md").read_text()
+    assert "### tiny" in table and "| kt:genetic_algorithm | 2 |" in table and "after 5" in table
+    assert (out / "fraction_vs_trials.png").read_bytes()[:4] == b"\x89PNG"
+    best = [fraction_at(run, 5, 0.4) for (tuner, _), run in runs.items() if tuner == "opevo"]
+    assert all(0 < b <= 1 for b in best)
+
+
+def test_a_kernel_tuner_strategy_needs_a_cache_and_a_known_name(tmp_path):
+    with pytest.raises(SystemExit, match="run on --objective cache only"):
+        main(["--objective", "synthetic", "--tuners", "kt:random_sample", "--out", str(tmp_path), "--no-progress"])
+    path = str(write_cache(tmp_path / "tiny.json.gz"))
+    with pytest.raises(ValueError, match="unknown Kernel Tuner strategy 'no_such'"):
+        main(["--objective", "cache", "--cache", path, "--tuners", "kt:no_such", "--out", str(tmp_path / "o"),
+              "--no-progress"])

@@ -1,0 +1,48 @@
+"""The trial code's static feasibility check as a tuner constraint, without TVM.
+
+Every generated experiment sets ``constraint: trial_code.constraint:feasible`` with
+``constraint_args: {workload: MM1, target: cuda}`` (a custom shape passes ``family``, ``shape``
+and ``name`` instead of ``workload``), so a configuration that breaks the launch limits
+(threads per block, threadIdx.z, virtual threads, shared memory, grid) or the CPU vector width
+is refused by the tuner in microseconds, before NNI spends a trial on it. The trial keeps the
+same check, for configurations that reach it any other way.
+
+The limits are those of the machine the tuner runs on: for a local experiment the GPU the
+trials use; where none is visible, an H100's, as for build-only trials.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from . import targets, workloads
+from .targets import Target
+from .templates import Infeasible, Template, for_workload
+from .workloads import Workload
+
+
+@functools.cache
+def _problem(workload: str | None, target: str, family: str | None, shape: tuple, name: str | None
+             ) -> tuple[Workload, Template, Target]:
+    chosen = workloads.lookup(workload) if workload else workloads.make(family or "", name=name, **dict(shape))
+    return chosen, for_workload(chosen), targets.resolve(target)
+
+
+def feasible(params: dict[str, Any], workload: str | None = None, target: str = "auto", family: str | None = None,
+             shape: dict[str, Any] | None = None, name: str | None = None) -> bool:
+    """Whether ``params`` pass the template's static checks for the workload on the target."""
+    chosen, template, resolved = _problem(workload, target, family, tuple(sorted((shape or {}).items())), name)
+    try:
+        template.check(chosen, params, resolved)
+    except Infeasible:
+        return False
+    return True
+
+
+def class_args(workload: Workload, target_kind: str) -> dict[str, Any]:
+    """The classArgs that set this constraint for a workload and target kind."""
+    if workloads.NAMED.get(workload.name) == workload:
+        args: dict[str, Any] = {"workload": workload.name}
+    else:
+        args = {"family": workload.family, "shape": dict(workload.shape), "name": workload.name}
+    return {"constraint": "trial_code.constraint:feasible", "constraint_args": {**args, "target": target_kind}}
