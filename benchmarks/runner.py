@@ -65,18 +65,42 @@ class Progress:
 def run(plan: Plan, csv_path: Path, progress: bool = True) -> None:
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     existing: dict[tuple[str, str, str], list[dict[str, str]]] = {}
+    drop_partial_row(csv_path)
     for row in read_rows(csv_path):
         existing.setdefault((row["workload"], row["tuner"], row["seed"]), []).append(row)
     fresh = not csv_path.exists()
     runs = [(o, t, s) for o in plan.objectives for t in plan.tuners for s in plan.seeds]
     bar = Progress(sys.stderr if progress else open("/dev/null", "w"), len(runs))
-    with open(csv_path, "a", newline="") as handle:
-        writer = csv.DictWriter(handle, COLUMNS)
-        if fresh:
-            writer.writeheader()
-        for objective, tuner_spec, seed in runs:
-            rows = sorted(existing.get((objective.workload, tuner_spec, str(seed)), []), key=lambda r: int(r["index"]))
-            _one(plan, objective, tuner_spec, seed, rows, writer, handle, bar)
+    try:
+        with open(csv_path, "a", newline="") as handle:
+            writer = csv.DictWriter(handle, COLUMNS)
+            if fresh:
+                writer.writeheader()
+            for objective, tuner_spec, seed in runs:
+                rows = sorted(existing.get((objective.workload, tuner_spec, str(seed)), []),
+                              key=lambda r: int(r["index"]))
+                _one(plan, objective, tuner_spec, seed, rows, writer, handle, bar)
+    except OSError as e:
+        raise OSError(e.errno, f"cannot write {csv_path}: {e.strerror}; every trial written before is kept: make "
+                               "room and run the same command again to resume") from e
+
+
+def drop_partial_row(csv_path: Path) -> None:
+    """A row cut short (the disk filled up, the process was killed mid-write) is not a trial:
+    cut it off, so that resuming appends whole rows after whole rows."""
+    if not csv_path.exists() or csv_path.suffix == ".gz" or not csv_path.is_file():
+        return
+    with open(csv_path, "rb+") as handle:
+        handle.seek(0, 2)
+        size = handle.tell()
+        if size == 0:
+            return
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return
+        handle.seek(0)
+        data = handle.read()
+        handle.truncate(data.rfind(b"\n") + 1)
 
 
 def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: list[dict[str, str]],

@@ -21,7 +21,9 @@ same way for every algorithm, so that comparisons between them measure the algor
   that ends without a result, is a failure) and ``population`` tolerates unknown, repeated and
   mismatched parameter ids (microsoft/nni#5726) and customized trials;
 * ``optimize_mode`` and ``seed`` mean the same everywhere; ``import_data`` rebuilds the history
-  for ``nnictl resume`` and ``experiment import``.
+  for ``nnictl resume`` and ``experiment import``, and the proposal ``journal`` (in the
+  experiment's checkpoint folder) keeps a configuration whose trial a stop cancelled from
+  being proposed again after the resume.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ from nni.tuner import Tuner
 from . import constraint, fatal
 from .class_args import SearchArgs, document
 from .fitness import Fitness
+from .journal import Journal
 from .operators import nearest_usable
 from .population import Population
 from .search_space import Config, ConfigKey, SearchSpace
@@ -68,16 +71,24 @@ class PopulationTuner(Tuner):
             document(cls, cls.Args)
 
     def __init__(self, **class_args: Any) -> None:
-        self.args = self.Args.parse(class_args)
+        try:
+            self.args = self.Args.parse(class_args)
+            self.constraint = constraint.load(self.args.constraint, self.args.constraint_args)
+        except ValueError as e:
+            if not fatal.defer(self, e):
+                raise
+            self.args = self.Args.parse({})  # placeholders: every call raises the deferred error
+            self.constraint = None
         self.optimize_mode = self.args.optimize_mode
         seed = self.args.seed
         self.seed = seed if seed is not None else int(np.random.default_rng().integers(2**31))
         _logger.info("%s seed %d", self.algorithm, self.seed)
         self.rng = np.random.default_rng(self.seed)
-        self.constraint = constraint.load(self.args.constraint, self.args.constraint_args)
         self.space: SearchSpace | None = None
         self.population: Population | None = None
         self.n_proposed = 0  # proposals and imported results
+        self.journal = Journal(self.get_checkpoint_path())
+        self._resumed: list[dict[str, Any]] = []  # journalled proposals of the run before a resume
         self._accept_customized_trials()
 
     # ------------------------------------------------------------------ what subclasses give
@@ -98,13 +109,10 @@ class PopulationTuner(Tuner):
 
     # ------------------------------------------------------------------ NNI interface
 
+    @fatal.guard
     def update_search_space(self, search_space: dict[str, Any]) -> None:
         """Validate the space (ValueError naming the parameter) and keep the history that fits it."""
-        try:
-            space = SearchSpace(search_space)
-        except ValueError as e:
-            fatal.fail(e)
-            raise
+        space = SearchSpace(search_space)
         self._check_space(space)
         old, self.space = self.population, space
         self.population = Population(space, Fitness(self.optimize_mode))
@@ -120,26 +128,48 @@ class PopulationTuner(Tuner):
                     self.population.add(config, {"default": record.objective})
             _logger.info("search space updated; %d configurations of the history fit it", len(self.population))
         self._rebuild()
+        if self._resumed:
+            self._replay_journal()
+
+    def load_checkpoint(self) -> None:
+        """NNI calls this when the experiment is resumed: read the proposal journal back (the
+        configurations are marked once the search space arrives)."""
+        self._resumed = self.journal.read()
+        _logger.info("resume: %d proposals in the journal %s", len(self._resumed), self.journal.path)
+
+    def _replay_journal(self) -> None:
+        """Every journalled configuration counts as a failure until a result for it is imported:
+        a trial the stop cancelled is never proposed again."""
+        _, population = self.require_space()
+        marked = 0
+        for parameters in self._resumed:
+            config = self._convert(parameters)
+            if config is not None and not self.seen(config):
+                self._observe(population.add(config, None))
+                marked += 1
+        self.n_proposed += marked
+        _logger.info("resume: %d journalled configurations had no result yet and are not proposed again", marked)
+        self._resumed = []
 
     def _check_space(self, space: SearchSpace) -> None:
         """Reject a space this algorithm cannot search (via ``fatal``), naming the parameter."""
 
+    @fatal.guard
     def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, Any]:
         space, population = self.require_space()
         try:
             config = self._next()
-        except constraint.ConstraintError as e:
-            fatal.fail(e)
-            raise
         except NoMoreTrialError:
             self._report_constraint(final=True)
             raise
         population.propose(parameter_id, config)
         self.n_proposed += 1
+        params = space.to_trial(config)
+        self.journal.append(parameter_id, params)
         n = self.n_proposed
         if n % REPORT_EVERY == 0 or (n < REPORT_EVERY and n & (n - 1) == 0):
             self._report_constraint()
-        return space.to_trial(config)
+        return params
 
     def _next(self) -> Config:
         """The algorithm's next proposal that is unseen and feasible (see the module docstring)."""
@@ -161,6 +191,7 @@ class PopulationTuner(Tuner):
                          self.constraint.rejected, self.constraint.calls, self.n_proposed,
                          "; no feasible configuration is left" if final else "")
 
+    @fatal.guard
     def receive_trial_result(self, parameter_id: int, parameters: Any, value: Any, **kwargs: Any) -> None:
         _, population = self.require_space()
         key = population.report(parameter_id, value)
@@ -172,28 +203,30 @@ class PopulationTuner(Tuner):
             key = population.add(config, value)
         self._observe(key)
 
+    @fatal.guard
     def trial_end(self, parameter_id: int, success: bool, **kwargs: Any) -> None:
         if self.population is not None:
             key = self.population.end(parameter_id)
             if key is not None:
                 self._observe(key)
 
+    @fatal.guard
     def import_data(self, data: Any) -> None:
-        """Rebuild the history from earlier trials (``nnictl resume`` / ``experiment import``)."""
+        """Rebuild the history from earlier trials (``nnictl resume`` / ``experiment import``).
+        A record that is not JSON, not ``{"parameter": ..., "value": ...}``, or off the space
+        is skipped and counted; it never aborts the import."""
         _, population = self.require_space()
-        if isinstance(data, str):
-            data = json.loads(data)
+        records, skipped = parse_records(data)
         imported = 0
-        for entry in data:
-            if isinstance(entry, str):
-                entry = json.loads(entry)
-            config = self._convert(entry.get("parameter")) if isinstance(entry, dict) else None
+        for entry in records:
+            config = self._convert(entry.get("parameter"))
             if config is None:
+                skipped += 1
                 continue
             self._observe(population.add(config, entry.get("value")))
             imported += 1
         self.n_proposed += imported
-        _logger.info("imported %d of %d earlier trials", imported, len(data))
+        _logger.info("imported %d earlier trials; skipped %d malformed or off-space records", imported, skipped)
 
     # ------------------------------------------------------------------ shared helpers
 
@@ -273,3 +306,27 @@ class PopulationTuner(Tuner):
                 if len(out) == limit:
                     break
         return list(out.values())
+
+
+def parse_records(data: Any) -> tuple[list[dict[str, Any]], int]:
+    """``import_data``'s records as dicts, and how many could not be read (not JSON, not an object)."""
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError:
+            return [], 1
+    if not isinstance(data, list):
+        return [], 1
+    records, skipped = [], 0
+    for entry in data:
+        if isinstance(entry, str):
+            try:
+                entry = json.loads(entry)
+            except json.JSONDecodeError:
+                skipped += 1
+                continue
+        if isinstance(entry, dict) and "parameter" in entry:
+            records.append(entry)
+        else:
+            skipped += 1
+    return records, skipped

@@ -28,8 +28,9 @@ from nni.tools.package_utils import tuner_factory
 from nni.tuner import Tuner
 
 from . import fatal
+from .base import parse_records
 from .class_args import ConstraintArgs, Validator, arg, document, fail, mapping, positive_int
-from .constraint import ConstraintError, load
+from .constraint import load
 from .parameters import ChoiceParameter, DiscreteParameter, FactorParameter, Parameter, PermParameter, SpaceError
 from .search_space import SearchSpace
 
@@ -87,11 +88,17 @@ class ChoiceViewTuner(Tuner):
     Args = ChoiceViewArgs
 
     def __init__(self, **class_args: Any) -> None:
-        self.args = ChoiceViewArgs.parse(class_args)
+        try:
+            self.args = ChoiceViewArgs.parse(class_args)
+            self.constraint = load(self.args.constraint, self.args.constraint_args)
+        except ValueError as e:
+            if not fatal.defer(self, e):
+                raise
+            self.args = ChoiceViewArgs.parse({"tuner": "Random"})  # placeholders: every call raises
+            self.constraint = None
         self.name = self.args.tuner
         self.max_choices = self.args.max_choices
         self.inner = _builtin(self.args)
-        self.constraint = load(self.args.constraint, self.args.constraint_args)
         self.space: SearchSpace | None = None
         self._issued: set[int] = set()  # NNI ids whose trial the built-in proposed (results go back to it)
         self._drawn: set[int] = set()  # NNI ids of the view's own random draws (the built-in never hears of them)
@@ -103,14 +110,10 @@ class ChoiceViewTuner(Tuner):
 
     # ------------------------------------------------------------------ space
 
+    @fatal.guard
     def update_search_space(self, search_space: dict[str, Any]) -> None:
-        try:
-            self.space = SearchSpace(search_space)
-            listed = self._listed(search_space, self.space, ())
-        except ValueError as e:
-            fatal.fail(e)
-            raise
-        self.inner.update_search_space(listed)
+        self.space = SearchSpace(search_space)
+        self.inner.update_search_space(self._listed(search_space, self.space, ()))
 
     def _listed(self, raw: dict[str, Any], space: SearchSpace, prefix: tuple) -> dict[str, Any]:
         """``raw`` with every factor and perm, at any depth, replaced by a choice of its values."""
@@ -163,16 +166,13 @@ class ChoiceViewTuner(Tuner):
                 out[name] = self._map(value, (*prefix, name, slot.param.from_trial(value)), convert)
         return out
 
+    @fatal.guard
     def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, Any]:
         if self.constraint is None:
             params = self._to_trial(self.inner.generate_parameters(parameter_id, **kwargs))
             self._issued.add(parameter_id)
             return params
-        try:
-            return self._feasible_parameters(parameter_id, **kwargs)
-        except ConstraintError as e:
-            fatal.fail(e)
-            raise
+        return self._feasible_parameters(parameter_id, **kwargs)
 
     def _feasible_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, Any]:
         """The built-in's first proposal the constraint accepts. Each refused one is ended as a
@@ -206,6 +206,7 @@ class ChoiceViewTuner(Tuner):
             _logger.info("ChoiceView(%s): the constraint refused %d of %d candidates (%d trials proposed)",
                          self.name, self.constraint.rejected, self.constraint.calls, len(self._issued))
 
+    @fatal.guard
     def generate_multiple_parameters(self, parameter_id_list: list[int], **kwargs: Any) -> list[dict[str, Any]]:
         if self.constraint is not None:  # one at a time, each checked (a built-in's own batching is bypassed)
             out = []
@@ -228,6 +229,7 @@ class ChoiceViewTuner(Tuner):
 
     # ------------------------------------------------------------------ results
 
+    @fatal.guard
     def receive_trial_result(self, parameter_id: int, parameters: Any, value: Any, **kwargs: Any) -> None:
         if parameter_id in self._drawn:
             return
@@ -237,6 +239,7 @@ class ChoiceViewTuner(Tuner):
         inner_id = self._inner_id.get(parameter_id, parameter_id)
         self.inner.receive_trial_result(inner_id, self._to_inner(parameters), value, **kwargs)
 
+    @fatal.guard
     def trial_end(self, parameter_id: int, success: bool, **kwargs: Any) -> None:
         if parameter_id not in self._issued or parameter_id in self._ended:
             _logger.debug("trial_end for parameter id %s not in flight: ignored", parameter_id)
@@ -244,11 +247,22 @@ class ChoiceViewTuner(Tuner):
         self._ended.add(parameter_id)
         self.inner.trial_end(self._inner_id.get(parameter_id, parameter_id), success, **kwargs)
 
+    @fatal.guard
     def import_data(self, data: Any) -> None:
-        if isinstance(data, str):
-            data = json.loads(data)
-        self.inner.import_data([{**entry, "parameter": self._to_inner(entry.get("parameter"))}
-                                if isinstance(entry, dict) else entry for entry in data])
+        """Earlier trials in the built-in's labels; malformed and off-space records are skipped
+        and counted (the built-ins crash on them)."""
+        assert self.space is not None
+        records, skipped = parse_records(data)
+        converted = []
+        for entry in records:
+            try:
+                self.space.from_trial(entry["parameter"])
+                converted.append({**entry, "parameter": self._to_inner(entry["parameter"])})
+            except (ValueError, TypeError, KeyError):
+                skipped += 1
+        self.inner.import_data(converted)
+        _logger.info("imported %d earlier trials into %s; skipped %d malformed or off-space records",
+                     len(converted), self.name, skipped)
 
 
 def _label(value: list[Any]) -> str:

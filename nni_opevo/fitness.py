@@ -14,6 +14,12 @@ eq. 2 draws parents in proportion to it. NNI experiments report anything, so:
       parents exactly as maximizing throughput would), else ``v_max - v``;
     - 0 for failures, so their traits are never inherited (paper sec. 4.2).
   ``v_min`` / ``v_max`` are the extremes over every valid value received so far.
+
+Weights are computed divided by a constant of the history's magnitude (``v_min`` for
+``1/v``, the largest ``|v|`` seen otherwise): eq. 2 and every model use only their ratios or
+their order, and finite but extreme results (1e308, 5e-324, a mix of both signs) then give
+finite weights, where the plain formulas overflow to inf and turn selection probabilities and
+model labels into NaN.
 """
 from __future__ import annotations
 
@@ -59,12 +65,15 @@ class Fitness:
         return float(self.weights(np.array([np.nan if v is None else v]))[0])
 
     def weights(self, values: np.ndarray) -> np.ndarray:
-        """``weight`` of many objectives at once; NaN stands for a failure."""
-        with np.errstate(divide="ignore", invalid="ignore"):
+        """``weight`` of many objectives at once (NaN stands for a failure), scaled by a
+        constant of the history (see the module docstring)."""
+        magnitude = max(abs(self.v_min), abs(self.v_max)) if math.isfinite(self.v_min) else 1.0
+        scale = magnitude if magnitude > 0 else 1.0
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             if self.mode == "maximize":
-                w = values - min(0.0, self.v_min)
+                w = values / scale - min(0.0, self.v_min) / scale
             elif self.v_min > 0:
-                w = 1.0 / values
+                w = self.v_min / values
             else:
-                w = self.v_max - values
-        return np.where(np.isnan(values), 0.0, w)
+                w = self.v_max / scale - values / scale
+        return np.where(np.isnan(values), 0.0, np.clip(w, 0.0, None))

@@ -88,9 +88,10 @@ class GBFSTuner(PopulationTuner):
         return (best[0] if best is not None else origin), False
 
     def expand(self, state: Config) -> list[Config]:
-        """Up to rho unsampled neighbours of ``state``, drawn uniformly."""
+        """Up to rho unsampled neighbours of ``state``, drawn uniformly: the moves are tried in a
+        random order until rho of them reach usable configurations (each move reaches a
+        different neighbour, so this is a uniform draw without listing them all)."""
         space, _ = self.require_space()
-        moves = [space.apply_move(state, action, self.rng) for action in space.moves]
-        neighbours = self.fresh((m for m in moves if m is not None), len(moves))
-        picks = self.rng.permutation(len(neighbours))[: self.args.num_samples]
-        return [neighbours[int(i)] for i in picks]
+        order = (space.moves[int(i)] for i in self.rng.permutation(len(space.moves)))
+        reached = (space.apply_move(state, action, self.rng) for action in order)
+        return self.fresh((m for m in reached if m is not None), self.args.num_samples)

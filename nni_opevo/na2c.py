@@ -28,10 +28,13 @@ import numpy as np
 from .actor_critic import ActorCritic
 from .base import PopulationTuner
 from .class_args import SearchArgs, Validator, arg, open_unit, positive_int, unit
-from .search_space import Config, ConfigKey
+from .parameters import SpaceError
+from .search_space import Config, ConfigKey, SearchSpace
 
 STEPS_PER_PROPOSAL = 64
 """Moves tried for one proposal before handing over to ``base``'s nearest unsampled configuration."""
+MAX_ACTIONS = 50_000
+"""Most moves of a space N-A2C takes on: its policy head has one output per move."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,16 @@ class NA2CTuner(PopulationTuner):
         self._waiting: dict[ConfigKey, _Step] = {}
         self._state: Config | None = None
         self._steps = 0
+
+    def _check_space(self, space: SearchSpace) -> None:
+        if len(space.moves) > MAX_ACTIONS:
+            counts: dict[tuple, int] = {}
+            for key, _ in space.moves:
+                counts[key] = counts.get(key, 0) + 1
+            worst = max(counts, key=counts.__getitem__)
+            path = ".".join(str(k) for k in worst if isinstance(k, str))
+            raise SpaceError(path, f"N-A2C takes at most {MAX_ACTIONS:,} moves (one network output each); this space "
+                             f"has {len(space.moves):,}, {counts[worst]:,} of them for this parameter")
 
     def _rebuild(self) -> None:
         space, _ = self.require_space()

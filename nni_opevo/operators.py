@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .parameters import Parameter, Value
-from .search_space import Config, SearchSpace
+from .search_space import Config, SearchSpace, Slot
 
 
 def q_random_walk(param: Parameter, start: Value, q: float, rng: np.random.Generator) -> Value:
@@ -25,38 +25,58 @@ def q_random_walk(param: Parameter, start: Value, q: float, rng: np.random.Gener
     return value
 
 
+class Parents:
+    """One selection of parents with their eq. 2 weights, prepared once for breeding many
+    children: the cumulative weights and, per parameter, which parents have it active."""
+
+    def __init__(self, space: SearchSpace, parents: Sequence[tuple[Config, float]]) -> None:
+        self.space = space
+        self.configs = [config for config, _ in parents]
+        weights = np.array([w for _, w in parents], dtype=float)
+        # If every parent weighs 0, they are drawn uniformly (the limit of eq. 2).
+        self.cumulative = np.cumsum(weights if weights.sum() > 0 else np.ones(len(weights)))
+        self.everyone = {slot.key: all(slot.key in c for c in self.configs) for slot in space.slots}
+
+    def draw(self, rng: np.random.Generator) -> int:
+        i = int(np.searchsorted(self.cumulative, rng.random() * self.cumulative[-1], side="right"))
+        return min(i, len(self.configs) - 1)
+
+    def inherit(self, rng: np.random.Generator, mutate: Callable[[Slot, Value], Value] | None = None) -> Config:
+        """Eq. 2 recombination: each active parameter from a parent drawn in proportion to its
+        weight, then ``mutate``d at once. Parameters are visited parents-first, so a nested
+        choice is settled (inherited and mutated) before its sub-parameters; a sub-parameter is
+        inherited only from parents that chose the same option (drawn among them by weight),
+        and from its prior when none did."""
+        child: Config = {}
+        for slot in self.space.slots:
+            if not slot.active_in(child):
+                continue
+            if self.everyone[slot.key]:
+                value = self.configs[self.draw(rng)][slot.key]
+            else:
+                eligible = [i for i, c in enumerate(self.configs) if slot.key in c]
+                if not eligible:
+                    value = slot.param.sample(rng)
+                else:
+                    weights = np.diff(self.cumulative, prepend=0.0)[eligible]
+                    cumulative = np.cumsum(weights if weights.sum() > 0 else np.ones(len(weights)))
+                    j = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
+                    value = self.configs[eligible[min(j, len(eligible) - 1)]][slot.key]
+            child[slot.key] = value if mutate is None else mutate(slot, value)
+        return child
+
+
 def breed(
     space: SearchSpace,
-    parents: Sequence[tuple[Config, float]],
+    parents: Sequence[tuple[Config, float]] | Parents,
     q: float,
     rng: np.random.Generator,
 ) -> Config:
-    """One child: each parameter inherited from a parent drawn with probability proportional
-    to its weight (eq. 2), then mutated by the q-random walk.
-
-    Parameters are visited parents-first, so a nested choice is settled (inherited and
-    mutated) before its sub-parameters; a sub-parameter is inherited only from parents that
-    chose the same option, and drawn from its prior when none did. If every eligible parent
-    weighs 0, they are drawn uniformly (the limit of eq. 2).
-
-    With a single parent of weight 1 this is plain mutation: every parameter walked again.
-    """
-    child: Config = {}
-    for slot in space.slots:
-        if not slot.active_in(child):
-            continue
-        eligible = [(config[slot.key], w) for config, w in parents if slot.key in config]
-        if not eligible:
-            value = slot.param.sample(rng)
-        else:
-            cumulative = np.cumsum([w for _, w in eligible])
-            if cumulative[-1] > 0:
-                i = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
-            else:
-                i = int(rng.integers(len(eligible)))
-            value = eligible[min(i, len(eligible) - 1)][0]
-        child[slot.key] = q_random_walk(slot.param, value, q, rng)
-    return child
+    """One child of the paper's Algorithm 1: eq. 2 recombination (``Parents.inherit``), then
+    every parameter mutated by the q-random walk. With a single parent of weight 1 this is
+    plain mutation: every parameter walked again."""
+    prepared = parents if isinstance(parents, Parents) else Parents(space, parents)
+    return prepared.inherit(rng, lambda slot, value: q_random_walk(slot.param, value, q, rng))
 
 
 def nearest_usable(

@@ -12,6 +12,7 @@ Internal values are hashable (ints, floats, tuples) so configurations can be ded
 """
 from __future__ import annotations
 
+import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterator, Sequence
@@ -24,6 +25,16 @@ Value = Hashable
 
 MAX_FACTOR_PRODUCT = 2**40
 """Largest ``C`` of a factor parameter: factoring it by trial division stays well under a second."""
+MAX_FACTOR_PARTS = 64
+"""Largest ``nu`` of a factor parameter (tiling levels)."""
+MAX_PERM_ITEMS = 256
+"""Longest perm (loops to order)."""
+MAX_OPTIONS = 100_000
+"""Most options of a choice, values of a discrete."""
+MAX_GRID_POINTS = 2**53
+"""Most points of a randint or q-type grid: grid indices stay exact in a float."""
+LOG_REACH = 700
+"""Largest |mu| + 10 sigma of a log-normal type: exp() of it stays finite."""
 
 
 class SpaceError(ValueError):
@@ -41,6 +52,30 @@ def _is_int(x: Any) -> bool:
 
 def _is_real(x: Any) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _option_key(x: Any) -> Hashable:
+    """Equality of options as JSON round trips them: numbers compare across int and float, never
+    with bools or strings; containers compare by their JSON text."""
+    if isinstance(x, bool) or x is None or isinstance(x, str):
+        return (type(x).__name__, x)
+    if _is_real(x):
+        return ("number", float(x))
+    try:
+        return ("json", json.dumps(x, sort_keys=True))
+    except (TypeError, ValueError):
+        return ("repr", repr(x))
+
+
+def _index_of_options(param: Parameter, options: list[Any], what: str) -> dict[Hashable, int]:
+    """Option key -> index, refusing repeats (in linear time, for large option lists)."""
+    index: dict[Hashable, int] = {}
+    for i, option in enumerate(options):
+        key = _option_key(option)
+        if key in index:
+            raise param.error(f"{what} must be distinct, {option!r} is repeated")
+        index[key] = i
+    return index
 
 
 class Parameter(ABC):
@@ -167,13 +202,20 @@ class FactorParameter(Parameter):
             raise self.error(f"nu must be >= 1, got {nu}")
         if c > MAX_FACTOR_PRODUCT:
             raise self.error(f"C must be <= 2**40, got {c}")
+        if nu > MAX_FACTOR_PARTS:
+            raise self.error(f"nu must be <= {MAX_FACTOR_PARTS}, got {nu}")
         self.product, self.nu = int(c), int(nu)
         self.factorization = prime_factorization(self.product)
         self.primes = [p for p, _ in self.factorization]
+        self._size = math.prod(math.comb(e + self.nu - 1, self.nu - 1) for _, e in self.factorization)
 
     @property
     def size(self) -> float:
-        return math.prod(math.comb(e + self.nu - 1, self.nu - 1) for _, e in self.factorization)
+        return self._size
+
+    def origin(self) -> tuple[int, ...]:
+        """(C, 1, ..., 1): the loop left untiled (without listing the factorizations)."""
+        return (self.product,) + (1,) * (self.nu - 1)
 
     def sample(self, rng: np.random.Generator) -> tuple[int, ...]:
         out = [1] * self.nu
@@ -260,21 +302,28 @@ class PermParameter(Parameter):
         if _is_int(spec_value):
             if spec_value < 1:
                 raise self.error(f"n must be >= 1, got {spec_value}")
+            if spec_value > MAX_PERM_ITEMS:
+                raise self.error(f"n must be <= {MAX_PERM_ITEMS}, got {spec_value}")
             self.items: list[Any] = list(range(int(spec_value)))
         elif isinstance(spec_value, list):
             if not spec_value:
                 raise self.error("the list of items is empty")
-            for i, item in enumerate(spec_value):
-                if item in spec_value[:i]:
-                    raise self.error(f"items must be distinct, {item!r} is repeated")
+            if len(spec_value) > MAX_PERM_ITEMS:
+                raise self.error(f"at most {MAX_PERM_ITEMS} items, got {len(spec_value)}")
+            self._index = _index_of_options(self, spec_value, "items")
             self.items = list(spec_value)
         else:
             raise self.error(f"_value must be a positive int n or a list of distinct items, got {spec_value!r}")
         self.n = len(self.items)
+        self._index = {_option_key(item): i for i, item in enumerate(self.items)}
+        self._size = float(math.factorial(self.n)) if self.n <= 170 else math.inf
 
     @property
     def size(self) -> float:
-        return math.factorial(self.n)
+        return self._size
+
+    def origin(self) -> tuple[int, ...]:
+        return tuple(range(self.n))
 
     def sample(self, rng: np.random.Generator) -> tuple[int, ...]:
         return tuple(int(i) for i in rng.permutation(self.n))
@@ -327,8 +376,8 @@ class PermParameter(Parameter):
         if not isinstance(raw, (list, tuple)) or len(raw) != self.n:
             raise ValueError(f"'{self.path}': {raw!r} is not a list of {self.n} items")
         try:
-            out = tuple(self.items.index(item) for item in raw)
-        except ValueError:
+            out = tuple(self._index[_option_key(item)] for item in raw)
+        except KeyError:
             raise ValueError(f"'{self.path}': {raw!r} holds an item outside {self.items!r}") from None
         if len(set(out)) != self.n:
             raise ValueError(f"'{self.path}': {raw!r} repeats an item")
@@ -354,19 +403,16 @@ class ChoiceParameter(Parameter):
             raise self.error(f"_value must be a list of options, got {spec_value!r}")
         if not spec_value:
             raise self.error("_value must not be empty")
+        if len(spec_value) > MAX_OPTIONS:
+            raise self.error(f"at most {MAX_OPTIONS:,} options, got {len(spec_value):,}")
         self.options = spec_value
         self.nested = all(isinstance(o, dict) and "_name" in o for o in spec_value)
         if self.nested:
-            names = [o["_name"] for o in spec_value]
-            for i, name in enumerate(names):
-                if name in names[:i]:
-                    raise self.error(f"nested option names must be distinct, {name!r} is repeated")
+            self._index = _index_of_options(self, [o["_name"] for o in spec_value], "nested option names")
         else:
             # Two equal options would be two configurations the trial cannot tell apart, so
             # the tuner could propose what was already evaluated.
-            for i, option in enumerate(spec_value):
-                if self._plain_index(option) != i:
-                    raise self.error(f"options must be distinct, {option!r} is repeated")
+            self._index = _index_of_options(self, spec_value, "options")
         self.subspaces: list[Any] = []  # filled by search_space for nested choices
 
     @property
@@ -405,22 +451,23 @@ class ChoiceParameter(Parameter):
     def from_trial(self, raw: Any) -> int:
         if self.nested:
             name = raw.get("_name") if isinstance(raw, dict) else None
-            names = [o["_name"] for o in self.options]
-            if name not in names:
-                raise ValueError(f"'{self.path}': {raw!r} names none of the options {names!r}")
-            return names.index(name)
+            index = self._index.get(_option_key(name))
+            if index is None:
+                raise ValueError(f"'{self.path}': {raw!r} names none of the options "
+                                 f"{[o['_name'] for o in self.options]!r}")
+            return index
         index = self._plain_index(raw)
         if index is None:
             raise ValueError(f"'{self.path}': {raw!r} is not one of {self.options!r}")
         return index
 
     def _plain_index(self, raw: Any) -> int | None:
-        """The first option equal to ``raw`` (numbers compare across int/float, not with
-        bools or strings, as JSON round trips them), or None."""
-        for i, option in enumerate(self.options):
-            if option == raw and (type(option) is type(raw) or (_is_real(option) and _is_real(raw))):
-                return i
-        return None
+        """The option equal to ``raw`` (numbers compare across int/float, not with bools or
+        strings, as JSON round trips them), or None."""
+        return self._index.get(_option_key(raw))
+
+    def origin(self) -> int:
+        return 0
 
 
 # --------------------------------------------------------------------------- ordered grids
@@ -484,7 +531,12 @@ class GridParameter(Parameter):
 
 
 class DiscreteParameter(GridParameter):
-    """``discrete [numbers]``: an ordered set of numbers (e.g. unroll steps), sorted internally."""
+    """``discrete [numbers]``: an ordered set of numbers (e.g. unroll steps, tile or block sizes),
+    sorted internally; neighbours are the values just below and just above (paper, Figure 1c).
+    ``scaled`` gives the value doubled and halved, where the set holds them: OpEvo's default
+    mutation steps there too (``operators.mutation_step``), since sizes act multiplicatively on
+    performance (a 64-wide block is as near to a 128-wide one as to a 112-wide one, and a 3-wide
+    tile between 2 and 4 can be far worse than both)."""
 
     type_name = "discrete"
 
@@ -492,6 +544,8 @@ class DiscreteParameter(GridParameter):
         super().__init__(path, spec_value)
         if not isinstance(spec_value, list) or not spec_value:
             raise self.error(f"_value must be a non-empty list of numbers, got {spec_value!r}")
+        if len(spec_value) > MAX_OPTIONS:
+            raise self.error(f"at most {MAX_OPTIONS:,} values, got {len(spec_value):,}")
         bad = [v for v in spec_value if not _is_real(v)]
         if bad:
             raise self.error(f"values must be finite numbers, got {bad[0]!r}")
@@ -500,18 +554,26 @@ class DiscreteParameter(GridParameter):
             if a == b:
                 raise self.error(f"values must be distinct, {a!r} is repeated")
         self.k_low, self.k_high = 0, len(self.values) - 1
+        self._index = {float(v): k for k, v in enumerate(self.values)}
 
     def sample(self, rng: np.random.Generator) -> int:
         return int(rng.integers(len(self.values)))
+
+    def scaled(self, value: int) -> list[int]:
+        """Indices of the value doubled and halved, where the set holds them and they are not
+        already the values just below or above."""
+        v = float(self.values[value])
+        found = (self._index.get(v * 2), self._index.get(v / 2)) if v != 0 else (None, None)
+        return [k for k in found if k is not None and abs(k - value) > 1]
 
     def value_at(self, k: int) -> float | int:
         return self.values[k]
 
     def index_of(self, raw: Any) -> int:
-        try:
-            return self.values.index(raw)
-        except ValueError:
-            raise ValueError(f"'{self.path}': {raw!r} is not one of {self.values!r}") from None
+        k = self._index.get(float(raw)) if _is_real(raw) else None
+        if k is None:
+            raise ValueError(f"'{self.path}': {raw!r} is not one of {self.values!r}")
+        return k
 
 
 class RandintParameter(GridParameter):
@@ -526,6 +588,8 @@ class RandintParameter(GridParameter):
         self.low, self.high = int(spec_value[0]), int(spec_value[1])
         if self.low >= self.high:
             raise self.error(f"low must be < high, got {spec_value!r}")
+        if self.high - self.low > MAX_GRID_POINTS or max(abs(self.low), abs(self.high)) > MAX_GRID_POINTS:
+            raise self.error(f"low and high must lie within +-2**53, got {spec_value!r}")
         self.k_low, self.k_high = self.low, self.high - 1
 
     def sample(self, rng: np.random.Generator) -> int:
@@ -547,6 +611,8 @@ def _check_bounds(param: Parameter, spec_value: Any, n: int, positive_low: bool)
     low, high = float(spec_value[0]), float(spec_value[1])
     if low >= high:
         raise param.error(f"low must be < high, got {spec_value!r}")
+    if not math.isfinite(high - low):
+        raise param.error(f"high - low must be a finite number, got {spec_value!r}")
     if positive_low and low <= 0:
         raise param.error(f"low must be > 0 for a log scale, got {low!r}")
     if n == 3 and spec_value[2] <= 0:
@@ -554,12 +620,14 @@ def _check_bounds(param: Parameter, spec_value: Any, n: int, positive_low: bool)
     return [float(v) for v in spec_value]
 
 
-def _check_normal(param: Parameter, spec_value: Any, n: int) -> list[float]:
+def _check_normal(param: Parameter, spec_value: Any, n: int, log: bool = False) -> list[float]:
     names = "[mu, sigma, q]" if n == 3 else "[mu, sigma]"
     if not isinstance(spec_value, list) or len(spec_value) != n or not all(_is_real(v) for v in spec_value):
         raise param.error(f"_value must be {names} with finite numbers, got {spec_value!r}")
     if spec_value[1] <= 0:
         raise param.error(f"sigma must be > 0, got {spec_value[1]!r}")
+    if log and not abs(spec_value[0]) + 10 * spec_value[1] <= LOG_REACH:
+        raise param.error(f"|mu| + 10 sigma must be <= {LOG_REACH} for a log scale (exp overflows), got {spec_value!r}")
     if n == 3 and spec_value[2] <= 0:
         raise param.error(f"q must be > 0, got {spec_value[2]!r}")
     return [float(v) for v in spec_value]
@@ -599,6 +667,8 @@ class QUniformParameter(QuantizedParameter):
     def __init__(self, path: str, spec_value: Any) -> None:
         super().__init__(path, spec_value)
         self.low, self.high, self.q = _check_bounds(self, spec_value, 3, positive_low=self.log)
+        if not max(abs(self.low), abs(self.high)) / self.q <= MAX_GRID_POINTS:
+            raise self.error(f"the grid of step q over [low, high] must have at most 2**53 points, got {spec_value!r}")
         self.clip = (self.low, self.high)
         self.k_low, self.k_high = round(self.low / self.q), round(self.high / self.q)
 
@@ -623,7 +693,10 @@ class QNormalParameter(QuantizedParameter):
 
     def __init__(self, path: str, spec_value: Any) -> None:
         super().__init__(path, spec_value)
-        self.mu, self.sigma, self.q = _check_normal(self, spec_value, 3)
+        self.mu, self.sigma, self.q = _check_normal(self, spec_value, 3, log=self.log)
+        reach = math.exp(self.mu + 10 * self.sigma) if self.log else abs(self.mu) + 10 * self.sigma
+        if not reach / self.q <= MAX_GRID_POINTS:
+            raise self.error(f"the grid of step q must cover mu +- 10 sigma in at most 2**53 points, got {spec_value!r}")
         self.k_low, self.k_high = (0 if self.log else -math.inf), math.inf
 
     def draw(self, rng: np.random.Generator) -> float:
@@ -744,7 +817,7 @@ class NormalParameter(ContinuousParameter):
 
     def __init__(self, path: str, spec_value: Any) -> None:
         super().__init__(path, spec_value)
-        self.mu, self.sigma = _check_normal(self, spec_value, 2)
+        self.mu, self.sigma = _check_normal(self, spec_value, 2, log=self.log)
         self.width = 4 * self.sigma
 
     def draw(self, rng: np.random.Generator) -> float:

@@ -8,6 +8,7 @@ inactive ones always sees a choice before the parameters it enables.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -17,6 +18,13 @@ import numpy as np
 
 from .parameters import ChoiceParameter, Parameter, SpaceError, parse_parameter
 
+MAX_DEPTH = 32
+"""Deepest nesting of choices."""
+MAX_PARAMETERS = 10_000
+"""Most parameters in a space, nested ones included."""
+
+INACTIVE = -(2**62)
+"""The atom of a parameter that is not active in a configuration."""
 Key = tuple  # e.g. ("tile_x",) or ("model", 1, "depth"): name path with option indices, as NNI keys them
 Config = dict  # Key -> internal value, active parameters only
 ConfigKey = tuple  # hashable identity of a configuration
@@ -44,11 +52,16 @@ class SearchSpace:
             raise SpaceError("<root>", "the search space has no parameters")
         self.raw = space
         self.slots: list[Slot] = []
-        self._top: list[Slot] = self._parse(space, (), None)
+        self._top: list[Slot] = self._parse(space, (), None, 0)
         self.by_key = {slot.key: slot for slot in self.slots}
 
-    def _parse(self, space: dict, prefix: Key, condition: tuple[Key, int] | None) -> list[Slot]:
+    def _parse(self, space: dict, prefix: Key, condition: tuple[Key, int] | None, depth: int) -> list[Slot]:
         level = []
+        if depth > MAX_DEPTH:
+            path = ".".join(str(k) for k in prefix if isinstance(k, str))
+            raise SpaceError(path, f"choices may nest at most {MAX_DEPTH} deep")
+        if len(self.slots) + len(space) > MAX_PARAMETERS:
+            raise SpaceError("<root>", f"the search space may have at most {MAX_PARAMETERS:,} parameters")
         for name, spec in space.items():
             if name == "_name" and prefix:
                 continue
@@ -63,14 +76,15 @@ class SearchSpace:
                 for i, option in enumerate(slot.param.options):
                     if not isinstance(option["_name"], str):
                         raise SpaceError(path, f"choice: nested option _name must be a string, got {option['_name']!r}")
-                    slot.param.subspaces.append(self._parse(option, (*key, i), (key, i)))
+                    slot.param.subspaces.append(self._parse(option, (*key, i), (key, i), depth + 1))
         return level
 
     # ------------------------------------------------------------------ size
 
-    @property
+    @cached_property
     def size(self) -> float:
-        """Number of distinct configurations (``math.inf`` when any active set is infinite)."""
+        """Number of distinct configurations (``math.inf`` when any active set is infinite);
+        computed once."""
         return self._size(self._top)
 
     def _size(self, level: list[Slot]) -> float:
@@ -81,6 +95,7 @@ class SearchSpace:
                 total *= sum(self._size(sub) for sub in p.subspaces)
             else:
                 total *= p.size
+            total = min(float(total), math.inf)  # exact integers could grow without bound
         return total
 
     # ------------------------------------------------------------------ configurations
@@ -187,6 +202,28 @@ class SearchSpace:
             i += slot.param.n_features
         return out
 
+    # ------------------------------------------------------------------ atoms (the surrogate's encoding)
+
+    @cached_property
+    def atom_width(self) -> int:
+        return sum(_atoms_of(slot.param) for slot in self.slots)
+
+    def atoms(self, config: Config) -> np.ndarray:
+        """The configuration as integer atoms for an equality (Hamming) comparison: one per
+        parameter value, a factor or perm one per entry; ``INACTIVE`` where a parameter is not
+        active. Two configurations share an atom when that value (that tile entry, that loop at
+        that position) is the same."""
+        out = np.full(self.atom_width, INACTIVE, dtype=np.int64)
+        i = 0
+        for slot in self.slots:
+            width = _atoms_of(slot.param)
+            if slot.key in config:
+                value = config[slot.key]
+                parts = value if isinstance(value, tuple) else (value,)
+                out[i : i + width] = [p if isinstance(p, int) else hash(p) for p in parts]
+            i += width
+        return out
+
     # ------------------------------------------------------------------ trial format
 
     def to_trial(self, config: Config) -> dict[str, Any]:
@@ -222,3 +259,14 @@ class SearchSpace:
             return self.from_trial(self.to_trial(config)) == config
         except (ValueError, KeyError, IndexError, TypeError):
             return False
+
+
+def _atoms_of(param: object) -> int:
+    """How many atoms a parameter's value makes: a factor's nu entries, a perm's n positions, else one."""
+    from .parameters import FactorParameter, PermParameter
+
+    if isinstance(param, FactorParameter):
+        return param.nu
+    if isinstance(param, PermParameter):
+        return param.n
+    return 1

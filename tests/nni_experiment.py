@@ -76,14 +76,16 @@ class Experiment:
             time.sleep(1)
         raise TimeoutError(f"experiment {self.id} still running after {timeout} s: {self.get('check-status')}")
 
-    def wait_for_results(self, n: int, timeout: float = 300) -> None:
-        """Poll until ``n`` final results are in (e.g. after raising maxTrialNumber)."""
+    def wait_for_results(self, n: int, timeout: float = 300, until_ended: bool = True) -> None:
+        """Poll until ``n`` final results are in (e.g. after raising maxTrialNumber), and, with
+        ``until_ended``, until the experiment has ended."""
         deadline = time.time() + timeout
         while len(self.results()) < n:
             if time.time() > deadline:
                 raise TimeoutError(f"only {len(self.results())} of {n} results after {timeout} s")
-            time.sleep(1)
-        self.wait(timeout)
+            time.sleep(0.5)
+        if until_ended:
+            self.wait(timeout)
 
     def running_trials(self) -> int:
         return self.client.running_trials()
@@ -96,4 +98,10 @@ class Experiment:
 
     def dispatcher_log(self) -> str:
         path = self.workdir / "nni" / str(self.id) / "log" / "dispatcher.log"
+        return path.read_text() if path.exists() else ""
+
+    def manager_log(self) -> str:
+        """NNI manager's log: where NNI 3.0 writes an error a tuner reports (its check-status,
+        shown by nnictl and the web UI, says only 'Dispatcher stream error')."""
+        path = self.workdir / "nni" / str(self.id) / "log" / "nnimanager.log"
         return path.read_text() if path.exists() else ""

@@ -62,3 +62,79 @@ def test_a_killed_holder_releases_the_device(tmp_path, monkeypatch):
     start = time.perf_counter()
     with exclusive("cpu"):
         assert time.perf_counter() - start < 5
+
+
+def test_waiting_for_a_held_device_is_bounded(tmp_path, monkeypatch):
+    import pytest
+
+    from trial_code.device_lock import DeviceBusy
+
+    monkeypatch.setenv("NNI_OPEVO_LOCK_DIR", str(tmp_path))
+    import os
+    holder = _holder("cpu", 60, dict(os.environ))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        start = time.perf_counter()
+        with pytest.raises(DeviceBusy, match="device cpu stayed busy .* for 0.5 s"):
+            with exclusive("cpu", timeout=0.5):
+                pass
+        assert 0.5 <= time.perf_counter() - start < 3
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_default_lock_folder_is_the_users_own(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    from trial_code.device_lock import lock_folder
+
+    monkeypatch.delenv("NNI_OPEVO_LOCK_DIR", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    folder = lock_folder()
+    assert folder == str(tmp_path / f"nni-opevo-locks-{os.getuid()}")
+    info = os.lstat(folder)
+    assert stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.getuid()
+
+
+def test_a_planted_link_or_someone_elses_folder_is_refused(tmp_path, monkeypatch):
+    import os
+
+    import pytest
+
+    from trial_code.device_lock import UnsafeLockFolder
+
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    link = tmp_path / "locks"
+    link.symlink_to(target)
+    monkeypatch.setenv("NNI_OPEVO_LOCK_DIR", str(link))
+    with pytest.raises(UnsafeLockFolder, match="is a link or not a directory"):
+        with exclusive("cpu"):
+            pass
+    assert not list(target.iterdir()), "nothing was created through the link"
+    if os.getuid() == 0:  # as root the test can hand a folder to another user
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+        monkeypatch.setenv("NNI_OPEVO_LOCK_DIR", str(theirs))
+        with pytest.raises(UnsafeLockFolder, match="belongs to user 65534"):
+            with exclusive("cpu"):
+                pass
+
+
+def test_a_planted_link_as_the_lock_file_is_not_followed(tmp_path, monkeypatch):
+    import pytest
+
+    monkeypatch.setenv("NNI_OPEVO_LOCK_DIR", str(tmp_path))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "cpu.lock").symlink_to(victim)
+    with pytest.raises(OSError):
+        with exclusive("cpu"):
+            pass
+    assert victim.read_text() == "keep me"

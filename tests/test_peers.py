@@ -306,8 +306,9 @@ def test_knn_is_the_weighted_mean_of_eq_1_to_4():
     query = {("a",): 0, ("b",): 0}  # features (1, 1)
     # Canberra to (2,1): 1/3; to (4,1): 3/5; to (5,2): 4/6 + 1/3 = 1.
     w = np.array([3.0, 5 / 3])
-    assert knn.predict([query])[0] == pytest.approx((w @ [4.0, 8.0]) / w.sum())
-    assert knn.predict([{("a",): 3, ("b",): 0}])[0] == 8.0  # distance 0: the measured value itself
+    scale = 8.0  # fitness weights are the values divided by the history's magnitude
+    assert knn.predict([query])[0] == pytest.approx((w @ [4.0, 8.0]) / w.sum() / scale)
+    assert knn.predict([{("a",): 3, ("b",): 0}])[0] == 8.0 / scale  # distance 0: the measured value itself
 
 
 # ------------------------------------------------------------------ NNI built-ins through ChoiceView

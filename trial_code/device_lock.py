@@ -1,29 +1,94 @@
-"""One measurement at a time per device, across trial processes.
+"""One measurement at a time per device, across trial processes, with a bounded wait.
 
 Concurrent trials build in parallel but must not time kernels on the same GPU (or CPU) at the
 same time. An advisory ``flock`` on a per-device file does this without a server, and the OS
-releases it when a killed trial's process dies, so a hung kernel never blocks the others.
+releases it when a killed holder's process dies, so a hung kernel never blocks the others
+for longer than its own trial lives.
+
+Waiting is bounded: ``exclusive(device, timeout)`` raises ``DeviceBusy`` when the device stays
+taken that long (another user's job, a stuck process), and the trial reports it as a failure
+instead of waiting forever.
+
+The lock files live in a folder of the user's own, created with mode 0700 and checked to be
+a real directory the user owns (not a link planted in a shared ``/tmp``), and each file is
+opened without following links: ``$NNI_OPEVO_LOCK_DIR`` when set (then the same checks apply;
+point several users' experiments at one shared device through it on purpose), else
+``$XDG_RUNTIME_DIR/nni-opevo-locks``, else ``<tmp>/nni-opevo-locks-<uid>``.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+POLL_S = 0.05
+
+
+class DeviceBusy(RuntimeError):
+    """The device's measurement lock stayed taken for the whole wait."""
+
+
+class UnsafeLockFolder(RuntimeError):
+    """The lock folder is a link, not a directory, or someone else's: refusing to use it."""
+
+
+def lock_folder() -> str:
+    override = os.environ.get("NNI_OPEVO_LOCK_DIR")
+    if override:
+        return _checked(override, create_mode=0o700)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = os.path.join(runtime, "nni-opevo-locks") if runtime and os.path.isdir(runtime) else \
+        os.path.join(tempfile.gettempdir(), f"nni-opevo-locks-{os.getuid()}")
+    return _checked(base, create_mode=0o700)
+
+
+def _checked(folder: str, create_mode: int) -> str:
+    try:
+        os.mkdir(folder, create_mode)
+    except FileExistsError:
+        pass
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise UnsafeLockFolder(f"the device-lock folder {folder} is a link or not a directory; remove it or set "
+                               "NNI_OPEVO_LOCK_DIR to a folder of your own")
+    if info.st_uid != os.getuid():
+        raise UnsafeLockFolder(f"the device-lock folder {folder} belongs to user {info.st_uid}, not to you "
+                               f"({os.getuid()}); set NNI_OPEVO_LOCK_DIR to a folder of your own")
+    return folder
+
 
 def lock_path(device: str) -> str:
-    folder = os.environ.get("NNI_OPEVO_LOCK_DIR") or os.path.join(tempfile.gettempdir(), "nni_opevo_locks")
-    os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, f"{device}.lock")
+    if not device or "/" in device or device.startswith("."):
+        raise ValueError(f"device name {device!r} cannot name a lock file")
+    return os.path.join(lock_folder(), f"{device}.lock")
 
 
 @contextmanager
-def exclusive(device: str) -> Iterator[None]:
-    with open(lock_path(device), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+def exclusive(device: str, timeout: float | None = None) -> Iterator[None]:
+    """Hold ``device``'s measurement lock; ``DeviceBusy`` after ``timeout`` seconds of waiting
+    (None: wait as long as it takes)."""
+    fd = os.open(lock_path(device), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline is not None else 0))
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise DeviceBusy(f"device {device} stayed busy (its measurement lock {lock_path(device)} held "
+                                     f"by another process) for {timeout:g} s") from None
+                time.sleep(POLL_S)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

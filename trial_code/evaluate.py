@@ -4,13 +4,15 @@ Static feasibility is checked here, in milliseconds and without TVM. Everything 
 ``worker`` child process in its own session, so a build that exceeds ``build_timeout`` or a
 kernel that exceeds ``run_timeout`` (counted from when the device lock is held, so waiting for
 other trials' measurements never counts) is killed with its compilers, and a crash is turned
-into a status from the phase it happened in.
+into a status from the phase it happened in. Waiting for the device lock is bounded too
+(``lock_timeout``: DEVICE_BUSY). The worker dies with this process, whatever ends it (the
+worker asks the kernel for SIGTERM when its parent dies, and then kills its own session).
 """
 from __future__ import annotations
 
 import json
 import os
-import selectors
+import select
 import signal
 import subprocess
 import sys
@@ -49,6 +51,8 @@ class Limits:
     repeat: int = 5
     min_repeat_ms: int = 50
     seed: int = 0
+    lock_timeout: float = 900.0
+    """Seconds a built kernel may wait for the device's measurement lock before DEVICE_BUSY."""
 
 
 DEFAULT_LIMITS = Limits()
@@ -73,7 +77,7 @@ def _evaluate(workload: Workload, params: dict[str, Any], target: Target, limits
                       f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); use target cpu")
     job = {"workload": workload.to_json(), "params": params, "target": target.to_json(), "seed": limits.seed,
            "repeat": limits.repeat, "min_repeat_ms": limits.min_repeat_ms, "build_only": build_only,
-           "source_path": source_path}
+           "source_path": source_path, "lock_timeout": limits.lock_timeout}
     with tempfile.TemporaryFile("w+") as stderr:
         events, returncode, timed_out = _run_worker(job, limits, stderr)
         stderr.seek(0)
@@ -82,9 +86,12 @@ def _evaluate(workload: Workload, params: dict[str, Any], target: Target, limits
     build_s = built["build_s"] if built else None
     phases = {e["event"] for e in events}
     if timed_out:
-        status = Status.RUN_TIMEOUT if "measuring" in phases else Status.BUILD_TIMEOUT
-        limit = limits.run_timeout if status is Status.RUN_TIMEOUT else limits.build_timeout
-        return Result(status, build_s=build_s, error=f"killed after the {limit:g} s limit")
+        if "measuring" in phases:
+            return Result(Status.RUN_TIMEOUT, build_s=build_s, error=f"killed after the {limits.run_timeout:g} s limit")
+        if "built" in phases:
+            return Result(Status.DEVICE_BUSY, build_s=build_s,
+                          error=f"the device stayed busy for {limits.lock_timeout:g} s (and the worker did not say so)")
+        return Result(Status.BUILD_TIMEOUT, build_s=build_s, error=f"killed after the {limits.build_timeout:g} s limit")
     last = events[-1] if events else {}
     if last.get("event") == "failed":
         return Result(Status[last["status"]], build_s=build_s, error=last["error"])
@@ -102,39 +109,53 @@ def _evaluate(workload: Workload, params: dict[str, Any], target: Target, limits
 
 
 def _run_worker(job: dict[str, Any], limits: Limits, stderr: Any) -> tuple[list[dict[str, Any]], int, bool]:
-    """(events, return code, whether a time limit killed it)."""
+    """(events, return code, whether a time limit killed it). Events are read straight from the
+    pipe's descriptor: a buffered reader could hold a second event the selector never reports,
+    and the deadline of that phase would then not be kept."""
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     process = subprocess.Popen([sys.executable, "-m", "trial_code.worker"], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=True, text=True)
+                               stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=True)
     assert process.stdin is not None and process.stdout is not None
-    process.stdin.write(json.dumps(job))
-    process.stdin.close()
     events: list[dict[str, Any]] = []
-    deadline: float | None = time.monotonic() + limits.build_timeout
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
     timed_out = False
     try:
-        while True:
+        process.stdin.write(json.dumps(job).encode())
+        process.stdin.close()
+        fd = process.stdout.fileno()
+        deadline: float | None = time.monotonic() + limits.build_timeout
+        pending = b""
+        ended = False
+        while not ended:
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
                 timed_out = True
                 break
-            if not selector.select(wait):
+            ready, _, _ = select.select([fd], [], [], wait)
+            if not ready:
                 continue
-            line = process.stdout.readline()
-            if not line:
-                break
-            event = json.loads(line)
-            events.append(event)
-            # Waiting for the device lock has no limit; measuring has its own from when it starts.
-            deadline = {"built": None, "measuring": time.monotonic() + limits.run_timeout}.get(event["event"], deadline)
+            chunk = os.read(fd, 65536)
+            ended = not chunk
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                event = json.loads(line)
+                events.append(event)
+                # Each phase has its own limit from when it starts: building, waiting for the
+                # device (a margin past the worker's own lock timeout), measuring.
+                deadline = {"built": time.monotonic() + limits.lock_timeout + LOCK_MARGIN_S,
+                            "measuring": time.monotonic() + limits.run_timeout}.get(event["event"], deadline)
+    except BaseException:
+        _kill(process, grace=0)  # interrupted (SIGINT, an error of ours): the worker goes with us
+        raise
     finally:
-        selector.close()
         if timed_out or process.poll() is None:
             _kill(process, grace=0 if timed_out else 5)
     return events, process.wait(), timed_out
+
+
+LOCK_MARGIN_S = 30.0
+"""Past the worker's lock timeout, how long the parent waits for it to report DEVICE_BUSY itself."""
 
 
 def _kill(process: subprocess.Popen, grace: float) -> None:

@@ -4,18 +4,23 @@
     python -m trial_code.launch --config experiments/C2/opevo.yml --port 8081
     python -m trial_code.launch --workload MM1 --tuner gbfs  # any workload and catalog tuner, generated
 
-It starts the experiment with ``nnictl create``, prints the web UI's address, reports progress
-until the experiment ends, then re-measures the top configurations (``export``: more repeats,
-one at a time) and prints the winner, saying whether it was re-measured; ``best.json`` and the
-kernel's source go to ``<experiment folder>/export``. The experiment stays up for the web UI
-until ``nnictl stop <id>``.
+Before NNI starts, it builds the experiment's tuner with its classArgs on its search space, so
+a misspelt ``_type`` or a bad classArg is refused at once with the parameter named. It then
+starts the experiment with ``nnictl create``, prints the web UI's address (and that NNI serves
+it on every network interface, without authentication), reports progress until the experiment
+ends, then re-measures the top configurations (``export``: more repeats, one at a time) and
+prints the winner, saying whether it was re-measured; ``best.json`` and the kernel's source go
+to ``<experiment folder>/export``. An experiment that ends in ERROR has its tuner's message
+printed from NNI's logs. The experiment stays up for the web UI until ``nnictl stop <id>``.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -39,6 +44,57 @@ def generated_config(workload: str, tuner: str, target: str, root: str, trials: 
     chosen = workloads.lookup(workload)
     make_spaces.write_spaces(layout, chosen)
     return make_spaces.write_experiments(layout, chosen, tuner, (kind,), trials)[0]
+
+
+EXPOSED = ("NNI serves this web UI and its REST API on every network interface of this machine, without "
+           "authentication: anyone who can reach port {port} can read, change and stop the experiment. Keep it "
+           "local with a firewall rule, or run it on a machine others cannot reach and watch it through an SSH "
+           "tunnel: ssh -L {port}:127.0.0.1:{port} <this host> (docs/scaling.md).")
+
+
+def validate(config: str) -> None:
+    """Build the experiment's tuner with its classArgs on its search space, as NNI's dispatcher
+    will: SystemExit with the tuner's own message when it refuses them."""
+    with open(config) as handle:
+        profile = yaml.safe_load(handle) or {}
+    folder = os.path.dirname(os.path.abspath(config))
+    tuner = profile.get("tuner") or {}
+    if "searchSpaceFile" in profile:
+        with open(os.path.join(folder, profile["searchSpaceFile"])) as handle:
+            space = json.load(handle)
+    else:
+        space = profile.get("searchSpace")
+    code = tuner.get("codeDirectory")
+    added = os.path.join(folder, code) if code else None
+    if added:
+        sys.path.insert(0, added)
+    try:
+        if tuner.get("className"):
+            module, _, name = tuner["className"].rpartition(".")
+            built = getattr(importlib.import_module(module), name)(**(tuner.get("classArgs") or {}))
+        else:
+            from nni.tools.package_utils.tuner_factory import create_builtin_class_instance
+
+            built = create_builtin_class_instance(tuner.get("name"), tuner.get("classArgs") or {}, "tuners")
+        built.update_search_space(space)
+    except Exception as e:
+        raise SystemExit(f"{config}: the tuner refuses this experiment: {type(e).__name__}: {e}") \
+            from None
+    finally:
+        if added:
+            sys.path.remove(added)
+
+
+def errors(folder: str) -> list[str]:
+    """What NNI's logs say about an experiment that ended in ERROR: the tuner's report to the
+    manager (NNI's check-status only says 'Dispatcher stream error') and errors of the dispatcher."""
+    found = []
+    for name, marker in (("nnimanager.log", "Dispatcher error:"), ("dispatcher.log", "ERROR")):
+        path = os.path.join(folder, "log", name)
+        if os.path.exists(path):
+            with open(path, errors="replace") as handle:
+                found += [line.strip() for line in handle if marker in line][-5:]
+    return found
 
 
 def start(config: str, port: int) -> str:
@@ -105,13 +161,17 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"cannot generate the experiment: {e}") from None
     else:
         config = os.path.abspath(args.config or default_config())
+    validate(config)
     experiment_id = start(config, args.port)
     shown = os.path.relpath(config, REPO_ROOT) if config.startswith(REPO_ROOT + os.sep) else config
     print(f"experiment {experiment_id} ({shown}): watch it at http://127.0.0.1:{args.port}")
+    print(EXPOSED.format(port=args.port))
     status = follow(ExperimentClient(args.port), args.every)
-    if status.get("errors"):
-        print(f"the experiment reported errors: {status['errors']}")
     folder = experiment_folder(config, experiment_id)
+    if status["status"] == "ERROR":
+        detail = "\n  ".join(errors(folder)) or "(nothing in NNI's logs)"
+        raise SystemExit(f"the experiment ended in ERROR: {status.get('errors')}\n  {detail}\n"
+                         f"logs: {folder}/log; `nnictl stop {experiment_id}` closes the web UI")
     print(f"re-measuring the top {args.top_k} configurations:", flush=True)
     best = export.export(folder, export.Options(top_k=args.top_k))
     print(best.headline())

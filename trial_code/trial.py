@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 from . import targets
 from .cli import add_workload_options, workload_from
@@ -20,25 +22,57 @@ from .evaluate import Limits, Result, evaluate
 from .status import Status
 
 
+class BadArguments(ValueError):
+    """The trial command's own options are wrong (the message names the option)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # report through the trial, not only exit 2
+        raise BadArguments(message)
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _params(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"is not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object of parameters, got {text!r}")
+    return value
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """The trial's options; BadArguments naming the option when one is wrong."""
+    parser = _Parser(description=__doc__.splitlines()[0])
     add_workload_options(parser)
     parser.add_argument("--target", default="auto", help="auto (CUDA when a GPU is visible), cpu or cuda")
-    parser.add_argument("--build-timeout", type=float, default=Limits.build_timeout, help="seconds (default %(default)s)")
-    parser.add_argument("--run-timeout", type=float, default=Limits.run_timeout,
+    parser.add_argument("--build-timeout", type=_seconds, default=Limits.build_timeout,
+                        help="seconds (default %(default)s)")
+    parser.add_argument("--run-timeout", type=_seconds, default=Limits.run_timeout,
                         help="seconds for checking and timing, once the device is ours (default %(default)s)")
+    parser.add_argument("--lock-timeout", type=_seconds, default=Limits.lock_timeout,
+                        help="seconds a built kernel may wait for the device before DEVICE_BUSY (default %(default)s)")
     parser.add_argument("--repeat", type=int, default=Limits.repeat, help="timed repeats, median reported")
     parser.add_argument("--min-repeat-ms", type=int, default=Limits.min_repeat_ms,
                         help="each repeat runs the kernel enough times to last this long")
-    parser.add_argument("--params", help="evaluate this JSON configuration without NNI and print the result")
+    parser.add_argument("--params", type=_params,
+                        help="evaluate this JSON configuration without NNI and print the result")
     parser.add_argument("--build-only", action="store_true", help="build (and nvcc-compile CUDA) without running")
     args = parser.parse_args(argv)
-    for flag in ("build_timeout", "run_timeout"):
-        if getattr(args, flag) <= 0:
-            parser.error(f"--{flag.replace('_', '-')} must be positive")
-    if args.repeat < 1 or args.min_repeat_ms < 0:
-        parser.error("--repeat must be >= 1 and --min-repeat-ms >= 0")
+    if not 1 <= args.repeat <= MAX_REPEAT or not 0 <= args.min_repeat_ms <= MAX_REPEAT_MS:
+        parser.error(f"--repeat must be 1 to {MAX_REPEAT} and --min-repeat-ms 0 to {MAX_REPEAT_MS}")
     return args
+
+
+MAX_REPEAT = 10_000
+MAX_REPEAT_MS = 600_000
 
 
 def run(args: argparse.Namespace, params: dict[str, Any]) -> Result:
@@ -46,7 +80,8 @@ def run(args: argparse.Namespace, params: dict[str, Any]) -> Result:
     try:
         workload = workload_from(args)
         target = targets.resolve(args.target)
-        limits = Limits(args.build_timeout, args.run_timeout, args.repeat, args.min_repeat_ms)
+        limits = Limits(args.build_timeout, args.run_timeout, args.repeat, args.min_repeat_ms,
+                        lock_timeout=args.lock_timeout)
         return evaluate(workload, params, target, limits, build_only=args.build_only)
     except Exception as exc:
         traceback.print_exc()
@@ -54,9 +89,21 @@ def run(args: argparse.Namespace, params: dict[str, Any]) -> Result:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse(argv)
+    """Under NNI, a trial whose own options are wrong still reports (UNKNOWN_ERROR with the
+    message): NNI 3.0 relays results reliably, not trial ends (microsoft/nni#5726)."""
+    try:
+        args = parse(argv)
+    except BadArguments as e:
+        message = f"trial_code.trial: {e}"
+        print(message, file=sys.stderr)
+        if os.environ.get("NNI_PLATFORM") and "--params" not in (argv if argv is not None else sys.argv):
+            import nni
+
+            nni.get_next_parameter()
+            nni.report_final_result(Result(Status.UNKNOWN_ERROR, error=message).report())
+        raise SystemExit(2) from None
     if args.params is not None:
-        print(json.dumps(run(args, json.loads(args.params)).report()))
+        print(json.dumps(run(args, args.params).report()))
         return
     import nni
 

@@ -5,11 +5,18 @@ It reads its job as JSON on stdin and writes one JSON event per line to its orig
 goes to stderr instead, so it cannot corrupt the events. The parent (``evaluate``) enforces the
 build and run time limits from those events and kills this process when one is exceeded,
 which a build stuck in the compiler or a kernel that never returns cannot do for itself.
+
+It runs in a session of its own (so the parent can kill it with its compilers), which would
+let it outlive a trial killed by NNI or ``kill -9``: so it asks the kernel for SIGTERM when its
+parent dies (``PR_SET_PDEATHSIG``), and on SIGTERM kills its whole session, compilers
+included, and with it its hold on the device lock.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -17,6 +24,7 @@ from typing import Any
 
 EVENTS = os.fdopen(os.dup(1), "w", buffering=1)
 os.dup2(2, 1)  # stray prints from TVM, nvcc or LLVM go to stderr
+PR_SET_PDEATHSIG = 1
 
 DEVICE_COMPILE_MARKERS = ("nvrtc", "nvcc", "ptxas", "cuda_error", "cuModuleLoad", "CUDA_ERROR")
 
@@ -39,8 +47,8 @@ def fail(status: str, exc: BaseException) -> None:
 
 def run(job: dict[str, Any]) -> None:
     # Imported here, after the stdout redirect, so TVM's own output never reaches the events.
-    from . import kernel, measure
-    from .device_lock import exclusive
+    from . import kernel
+    from .device_lock import DeviceBusy, exclusive
     from .targets import Target
     from .workloads import Workload
 
@@ -65,28 +73,50 @@ def run(job: dict[str, Any]) -> None:
             handle.write(kernel.source(executable, target))
     if job.get("build_only"):
         return emit("done", status="NO_ERROR", latency_s=None, repeats_s=[])
-    with exclusive(target.device):
-        emit("measuring")
-        device = measure.device_of(target)
-        try:
-            function = executable["main"]
-            host, args = measure.arguments(workload, device, job["seed"])
-        except Exception as exc:  # loading the module onto the device
-            return fail("COMPILE_DEVICE", exc)
-        try:
-            measure.verify(workload, function, host, args, device, job["seed"])
-        except measure.WrongAnswer as exc:
-            return fail("WRONG_ANSWER", exc)
-        except Exception as exc:
-            return fail("RUNTIME_DEVICE", exc)
-        try:
-            timing = measure.time_kernel(executable.mod, args, device, job["repeat"], job["min_repeat_ms"])
-        except Exception as exc:
-            return fail("RUNTIME_DEVICE", exc)
+    try:
+        with exclusive(target.device, job.get("lock_timeout")):
+            emit("measuring")
+            return measured(workload, executable, target, job)
+    except DeviceBusy as exc:
+        return fail("DEVICE_BUSY", exc)
+
+
+def measured(workload: Any, executable: Any, target: Any, job: dict[str, Any]) -> None:
+    """Check and time the built kernel on the device (whose lock is held)."""
+    from . import measure
+
+    device = measure.device_of(target)
+    try:
+        function = executable["main"]
+        host, args = measure.arguments(workload, device, job["seed"])
+    except Exception as exc:  # loading the module onto the device
+        return fail("COMPILE_DEVICE", exc)
+    try:
+        measure.verify(workload, function, host, args, device, job["seed"])
+    except measure.WrongAnswer as exc:
+        return fail("WRONG_ANSWER", exc)
+    except Exception as exc:
+        return fail("RUNTIME_DEVICE", exc)
+    try:
+        timing = measure.time_kernel(executable.mod, args, device, job["repeat"], job["min_repeat_ms"])
+    except Exception as exc:
+        return fail("RUNTIME_DEVICE", exc)
     emit("done", status="NO_ERROR", latency_s=timing.latency_s, repeats_s=timing.repeats_s)
 
 
+def die_with_parent() -> None:
+    """SIGTERM when the parent dies, and SIGTERM kills this whole session (see the docstring)."""
+    signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL))
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the parent's deadlines still bound the worker
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os.killpg(0, signal.SIGKILL)
+
+
 def main() -> None:
+    die_with_parent()
     job = json.loads(sys.stdin.read())
     try:
         run(job)

@@ -1,0 +1,56 @@
+"""The journal of proposals: what a tuner handed NNI, kept in the experiment's own folder.
+
+``nnictl resume`` gives a tuner back the results NNI holds (``import_data``), but not the
+configurations whose trials a stop cancelled: without a journal those could be proposed
+again, and a trial repeated. Every proposal is appended here (one JSON line, flushed) to
+``<experiment>/checkpoint/nni-opevo-proposals.jsonl`` (NNI's checkpoint folder,
+``NNI_CHECKPOINT_DIRECTORY``); on resume the tuner reads it back and counts every journalled
+configuration without a result as a failure, never to be proposed again.
+
+A journal that cannot be written (a full disk, a read-only folder) is reported once in the
+dispatcher log and the tuning goes on: the trials' results are NNI's to keep.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+_logger = logging.getLogger(__name__)
+
+FILE = "nni-opevo-proposals.jsonl"
+
+
+class Journal:
+    def __init__(self, folder: str | None) -> None:
+        self.path = os.path.join(folder, FILE) if folder else None
+        self._broken = False
+
+    def append(self, parameter_id: int, parameters: dict[str, Any]) -> None:
+        if self.path is None or self._broken:
+            return
+        line = json.dumps({"parameter_id": parameter_id, "parameters": parameters}) + "\n"
+        try:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(line)
+                handle.flush()
+        except OSError as e:
+            self._broken = True
+            _logger.error("cannot write the proposal journal %s (%s): a resume may propose these trials again",
+                          self.path, e)
+
+    def read(self) -> list[dict[str, Any]]:
+        """The journalled parameters, in order; unreadable lines (a write cut short) are skipped."""
+        if self.path is None or not os.path.exists(self.path):
+            return []
+        out = []
+        with open(self.path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(record, dict) and isinstance(record.get("parameters"), dict):
+                    out.append(record["parameters"])
+        return out

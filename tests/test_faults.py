@@ -1,0 +1,334 @@
+"""Faults injected into real trials, workers, locks and tuners: what the user sees, and that
+nothing is lost, repeated or left running (docs/reliability.md tabulates the same faults).
+
+Kernel faults (a segfault, a hang) are injected into the real worker through a
+``sitecustomize`` module on its PYTHONPATH, which replaces the timing call the worker makes."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from trial_code import workloads
+from trial_code.device_lock import DeviceBusy, exclusive
+
+ROOT = Path(__file__).resolve().parent.parent
+PARAMS = {"tile_n": [8, 8, 4], "tile_m": [4, 4, 16], "tile_k": [64, 4], "block_order": ["n", "k", "m"]}
+SEGFAULT = """
+import ctypes, trial_code.measure as m
+m.time_kernel = lambda *a, **k: ctypes.string_at(0)
+"""
+HANG = """
+import time, trial_code.measure as m
+def forever(*a, **k):
+    while True:
+        time.sleep(1)
+m.time_kernel = forever
+"""
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """This test's own lock folder (and the variables a fault needs), for the trial and its worker."""
+    monkeypatch.setenv("NNI_OPEVO_LOCK_DIR", str(tmp_path / "locks"))
+    return dict(os.environ)
+
+
+def inject(tmp_path: Path, env: dict, code: str) -> dict:
+    folder = tmp_path / "fault"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(code)
+    return {**env, "PYTHONPATH": f"{folder}{os.pathsep}{env.get('PYTHONPATH', '')}"}
+
+
+def trial(env: dict, *flags: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "trial_code.trial", "--workload", "MM_small", "--target", "cpu",
+                             "--params", json.dumps(PARAMS), *flags], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def workers(lock_dir: str) -> list[psutil.Process]:
+    """This test's worker processes (by the lock folder in their environment)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if "trial_code.worker" in " ".join(process.info["cmdline"] or []) and \
+                    process.environ().get("NNI_OPEVO_LOCK_DIR") == lock_dir:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def wait_until_measuring(lock_dir: str, timeout: float = 120) -> None:
+    """Until a worker holds the CPU's measurement lock."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with exclusive("cpu", timeout=0.05):
+                pass
+        except DeviceBusy:
+            return
+        time.sleep(0.2)
+    raise TimeoutError("no worker took the device lock")
+
+
+def gone(lock_dir: str, timeout: float = 10) -> bool:
+    deadline = time.time() + timeout
+    while workers(lock_dir):
+        if time.time() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["kill-9", "term", "int"])
+def test_the_worker_dies_with_its_trial_and_frees_the_device(tmp_path, env, how):
+    """NNI stops a trial with SIGINT then SIGKILL; a user may kill -9 it. However it ends, its
+    worker (in a session of its own, timing a kernel) goes too and the device lock is free."""
+    lock_dir = env["NNI_OPEVO_LOCK_DIR"]
+    process = trial(inject(tmp_path, env, HANG), "--run-timeout", "600")
+    wait_until_measuring(lock_dir)
+    assert len(workers(lock_dir)) == 1
+    process.send_signal(how)
+    process.wait(timeout=30)
+    assert gone(lock_dir), "the worker outlived its trial"
+    with exclusive("cpu", timeout=5):
+        pass
+
+
+def test_a_killed_worker_is_a_reported_failure(tmp_path, env):
+    lock_dir = env["NNI_OPEVO_LOCK_DIR"]
+    process = trial(inject(tmp_path, env, HANG), "--run-timeout", "600")
+    wait_until_measuring(lock_dir)
+    workers(lock_dir)[0].kill()
+    out, _ = process.communicate(timeout=60)
+    report = json.loads(out)
+    assert report["status"] == "RUNTIME_DEVICE" and "worker died (signal 9)" in report["error"]
+    assert report["default"] == 0.0
+
+
+def test_a_segfaulting_kernel_is_a_reported_failure(tmp_path, env):
+    out = subprocess.run(trial(inject(tmp_path, env, SEGFAULT)).args, env=inject(tmp_path, env, SEGFAULT), cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    report = json.loads(out.stdout)
+    assert report["status"] == "RUNTIME_DEVICE" and "worker died (signal 11)" in report["error"], report
+
+
+def test_a_hanging_kernel_is_killed_at_the_run_timeout(tmp_path, env):
+    started = time.time()
+    process = trial(inject(tmp_path, env, HANG), "--run-timeout", "3")
+    out, _ = process.communicate(timeout=300)
+    report = json.loads(out)
+    assert report["status"] == "RUN_TIMEOUT" and "3 s limit" in report["error"]
+    assert time.time() - started < 120 and gone(env["NNI_OPEVO_LOCK_DIR"])
+
+
+def test_a_device_held_elsewhere_is_device_busy_within_the_lock_timeout(tmp_path, env):
+    with exclusive("cpu"):
+        started = time.time()
+        process = trial(env, "--lock-timeout", "2")
+        out, _ = process.communicate(timeout=300)
+    report = json.loads(out)
+    assert report["status"] == "DEVICE_BUSY" and "stayed busy" in report["error"] and report["default"] == 0.0
+    assert time.time() - started < 120
+
+
+def test_bad_trial_options_name_the_option():
+    for flags, message in ((["--build-timeout", "nan"], "--build-timeout: must be a positive number of seconds"),
+                           (["--params", "{bad"], "--params: is not JSON"),
+                           (["--repeat", "0"], "--repeat must be 1 to")):
+        out = subprocess.run([sys.executable, "-m", "trial_code.trial", "--workload", "MM_small", *flags],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+# ------------------------------------------------------------------ tuners
+
+
+TUNER_NAMES = ["opevo", "gbfs", "na2c", "autotvm", "nose", "tpe"]
+
+
+@pytest.mark.parametrize("name", TUNER_NAMES)
+def test_an_exception_inside_a_tuner_is_reported_to_nni_and_ends_the_dispatcher(name, monkeypatch):
+    """Inside NNI's dispatcher a tuner's exception goes to the NNI manager as an error report
+    (which ends the experiment in ERROR) and ends the process, instead of leaving the
+    experiment RUNNING forever; in-process it is simply raised."""
+    from benchmarks import catalog
+    from nni_opevo import fatal
+
+    reports, exits = [], []
+
+    class Dispatcher:
+        def report_error(self, message):
+            reports.append(message)
+
+    tuner = catalog.build(name, seed=0)
+    tuner.update_search_space({"x": {"_type": "randint", "_value": [0, 10]}})
+    boom = RuntimeError("injected fault")
+    target = tuner.inner if hasattr(tuner, "inner") else tuner
+    monkeypatch.setattr(target, "_propose" if not hasattr(tuner, "inner") else "generate_parameters",
+                        lambda *a, **k: (_ for _ in ()).throw(boom))
+    with pytest.raises(RuntimeError, match="injected fault"):
+        tuner.generate_parameters(0)  # in-process: raised
+    monkeypatch.setenv("NNI_TUNER_COMMAND_CHANNEL", "ws://127.0.0.1:1/tuner")
+    monkeypatch.setattr(fatal, "_dispatcher", lambda: Dispatcher())
+    monkeypatch.setattr(fatal, "REPORT_GRACE_S", 0)
+    monkeypatch.setattr(fatal.os, "_exit", lambda code: exits.append(code) or (_ for _ in ()).throw(SystemExit(code)))
+    with pytest.raises(SystemExit):
+        tuner.generate_parameters(1)
+    assert exits == [1] and reports == ["nni-opevo tuner stopped the experiment: RuntimeError: injected fault"]
+
+
+@pytest.mark.parametrize("name", TUNER_NAMES)
+def test_import_skips_malformed_and_off_space_records(name):
+    from benchmarks import catalog
+
+    tuner = catalog.build(name, seed=0)
+    tuner.update_search_space({"x": {"_type": "randint", "_value": [0, 10]}, "c": {"_type": "choice", "_value": ["a", "b"]}})
+    good = {"parameter": {"x": 3, "c": "a"}, "value": 1.0}
+    tuner.import_data(["{not json", good, {"parameter": {"x": 99, "c": "a"}, "value": 2.0}, 5, {"no": 1},
+                       json.dumps({"parameter": {"x": 4, "c": "b"}, "value": 3.0}), {"parameter": {"x": 5}}])
+    assert tuner.generate_parameters(0)  # still proposes
+
+
+def test_a_resumed_tuner_never_proposes_a_configuration_the_stop_cancelled(tmp_path, monkeypatch):
+    from nni_opevo import OpEvoTuner
+
+    monkeypatch.setenv("NNI_CHECKPOINT_DIRECTORY", str(tmp_path))
+    space = {"x": {"_type": "randint", "_value": [0, 30]}}
+    before = OpEvoTuner(seed=0)
+    before.update_search_space(space)
+    proposed = [before.generate_parameters(i) for i in range(10)]
+    for i in range(4):  # four finished; six were running when the experiment was stopped
+        before.receive_trial_result(i, proposed[i], float(proposed[i]["x"]))
+    after = OpEvoTuner(seed=0)  # the same seed: without the journal it would propose the same ones again
+    after.load_checkpoint()
+    after.update_search_space(space)
+    after.import_data([{"parameter": proposed[i], "value": float(proposed[i]["x"])} for i in range(4)])
+    again = [after.generate_parameters(100 + i) for i in range(20)]
+    assert not {p["x"] for p in again} & {p["x"] for p in proposed}
+    assert after.population.best()[1] == max(float(p["x"]) for p in proposed[:4])
+
+
+def test_an_unwritable_journal_is_logged_once_and_the_tuning_goes_on(tmp_path, monkeypatch, caplog):
+    from nni_opevo import OpEvoTuner
+    from nni_opevo.journal import FILE
+
+    monkeypatch.setenv("NNI_CHECKPOINT_DIRECTORY", str(tmp_path))
+    (tmp_path / FILE).symlink_to("/dev/full")  # every write fails with ENOSPC: a full disk
+    tuner = OpEvoTuner(seed=0)
+    tuner.update_search_space({"x": {"_type": "randint", "_value": [0, 30]}})
+    with caplog.at_level("ERROR"):
+        proposed = [tuner.generate_parameters(i) for i in range(5)]
+    assert len({p["x"] for p in proposed}) == 5
+    assert [r.message for r in caplog.records].count(
+        f"cannot write the proposal journal {tmp_path / FILE} ([Errno 28] No space left on device): a resume may "
+        "propose these trials again") == 1
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KB filesystem of the test's own (tmpfs); skipped where mounting is not allowed."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_a_full_disk_stops_a_benchmark_with_the_file_named_and_resume_repeats_nothing(tmp_path, small_disk):
+    import shutil
+
+    from benchmarks.__main__ import main
+
+    argv = ["--objective", "synthetic", "--workloads", "SYN1", "SYN2", "--tuners", "opevo", "gbfs", "--seeds", "2",
+            "--budget", "150", "--no-progress"]
+    with pytest.raises(OSError, match="cannot write .*trials.csv: No space left on device; every trial written"):
+        main([*argv, "--out", str(small_disk)])
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    shutil.copy(small_disk / "trials.csv", kept / "trials.csv")  # made room: the same rows, elsewhere
+    written = (kept / "trials.csv").read_text()
+    main([*argv, "--out", str(kept)])
+    import csv
+
+    with open(kept / "trials.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert (kept / "trials.csv").read_text().startswith(written[: written.rfind("\n") + 1])
+    assert len(rows) == 2 * 2 * 2 * 150
+    runs: dict = {}
+    for row in rows:
+        runs.setdefault((row["workload"], row["tuner"], row["seed"]), []).append(row)
+    for run in runs.values():
+        assert sorted(int(r["index"]) for r in run) == list(range(150))
+        assert len({r["configuration"] for r in run}) == 150, "a configuration measured twice"
+
+
+def test_extreme_results_never_poison_a_tuner():
+    import itertools
+
+    from benchmarks import catalog
+    from benchmarks.dispatch import drive
+    from benchmarks.synthetic import tiled_matmul
+
+    space, _ = tiled_matmul(256, 256, 256, seed=1)
+    for mode in ("maximize", "minimize"):
+        for name in ("opevo", "gbfs", "na2c", "autotvm:plan_size=8,sa_steps=20", "nose:population_size=8"):
+            values = itertools.cycle([1e308, -1e308, 3.5e38, 5e-324, 0.0, 1.0, -5e-324])
+            run = drive(catalog.build(name, seed=0, optimize_mode=mode), space, lambda p, v=values: next(v), 60,
+                        concurrency=2, charge_tuner_time=False)
+            assert len(run.trials) == 60, (mode, name)
+
+
+def test_search_space_sizes_are_bounded_before_anything_is_allocated():
+    from nni_opevo import SearchSpace, SpaceError
+
+    nested: dict = {"x": {"_type": "choice", "_value": [{"_name": "a"}]}}
+    level = nested["x"]["_value"][0]
+    for _ in range(200):
+        level["y"] = {"_type": "choice", "_value": [{"_name": "b"}]}
+        level = level["y"]["_value"][0]
+    cases = [({"x": {"_type": "perm", "_value": 10**9}}, "perm: n must be <= 256"),
+             ({"x": {"_type": "perm", "_value": list(range(300))}}, "perm: at most 256 items"),
+             ({"x": {"_type": "choice", "_value": list(range(200_000))}}, "at most 100,000 options"),
+             ({"x": {"_type": "factor", "_value": [2**40, 1000]}}, "nu must be <= 64"),
+             ({"x": {"_type": "quniform", "_value": [0, 1e300, 1e-300]}}, "at most 2**53 points"),
+             ({"x": {"_type": "qlognormal", "_value": [1000, 1, 1]}}, "exp overflows"),
+             ({"x": {"_type": "uniform", "_value": [-1e308, 1e308]}}, "high - low must be a finite number"),
+             (nested, "choices may nest at most 32 deep")]
+    for space, message in cases:
+        started = time.perf_counter()
+        with pytest.raises(SpaceError, match=message.replace("*", r"\*").replace("(", r"\(")):
+            SearchSpace(space)
+        assert time.perf_counter() - started < 1.0
+    # Large but allowed: sizes are computed once, in linear time.
+    started = time.perf_counter()
+    space = SearchSpace({"p": {"_type": "perm", "_value": 256}, "c": {"_type": "choice", "_value": list(range(30_000))},
+                         "f": {"_type": "factor", "_value": [2**40, 8]}})
+    assert space.size == float("inf") and time.perf_counter() - started < 1.0
+
+
+def test_gbfs_and_na2c_start_on_a_huge_factor_without_listing_it():
+    from nni_opevo import GBFSTuner, NA2CTuner
+
+    for tuner in (GBFSTuner(seed=0), NA2CTuner(seed=0)):
+        started = time.perf_counter()
+        tuner.update_search_space({"f": {"_type": "factor", "_value": [2**40, 8]}})
+        assert tuner.generate_parameters(0) == {"f": [2**40, 1, 1, 1, 1, 1, 1, 1]}
+        tuner.receive_trial_result(0, {"f": [2**40, 1, 1, 1, 1, 1, 1, 1]}, 1.0)
+        assert tuner.generate_parameters(1)
+        assert time.perf_counter() - started < 5.0
+
+
+def test_workloads_named_in_this_suite_exist():
+    assert workloads.lookup("MM_small").family == "matmul"
