@@ -10,8 +10,8 @@
     python -m benchmarks --objective recorded --record docs/results/h100/trials.csv --target cuda \\
         --workloads MM1 --tuners opevo opevo:mutate_rate=0.1 opevo:mutate_rate=0.9 --seeds 5 --budget 512 --out /tmp/replay
     # brute-forced Kernel Tuner caches: our tuners (told the restrictions) against Kernel Tuner's strategies
-    python -m benchmarks --objective cache --cache ../shared/data/benchmark_hub/gemm/RTX_Titan.json.gz \
-        --tuners opevo gbfs kt:genetic_algorithm kt:bayes_opt --seeds 10 --budget 200 --concurrency 1 \
+    python -m benchmarks --objective cache --cache ../shared/data/benchmark_hub/gemm/RTX_Titan.json.gz \\
+        --tuners opevo gbfs kt:genetic_algorithm kt:bayes_opt --seeds 10 --budget 200 --concurrency 1 \\
         --out /tmp/hub
     # figures and tables again from a CSV (trials.csv, or trials.csv.gz as published)
     python -m benchmarks --report-only --out docs/results/h100
@@ -72,7 +72,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workloads", nargs="+", default=["SYN1"],
                         help=f"named workloads (live/recorded) or {', '.join(SYNTHETIC)} (synthetic)")
     parser.add_argument("--tuners", nargs="+", default=["opevo", "gbfs", "na2c", "autotvm", "nose", "tpe"],
-                        help=f"catalog names, optionally with overrides (name:key=value,...): {', '.join(catalog.CATALOG)}")
+                        help=f"catalog names, optionally with overrides (name:key=value,...): {', '.join(catalog.CATALOG)}; "
+                             f"with --objective cache also Kernel Tuner's strategies as kt:NAME "
+                             f"({', '.join(kernel_tuner_strategies.STRATEGIES)}; pip install '.[kerneltuner]')")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per tuner and workload")
     parser.add_argument("--budget", type=int, default=64, help="trials per run")
     parser.add_argument("--concurrency", type=int, default=2, help="trials at a time (NNI's trialConcurrency)")

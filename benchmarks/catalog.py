@@ -37,7 +37,7 @@ class Entry:
 
 CATALOG: dict[str, Entry] = {
     "opevo": Entry("OpEvo", "OpEvoTuner"),
-    "opevo-prescreen": Entry("OpEvo with k-NN pre-screening", "OpEvoTuner", {"prescreen": 5}),
+    "opevo-paper": Entry("OpEvo as published", "OpEvoTuner", {"variant": "paper"}),
     "gbfs": Entry("G-BFS", "GBFSTuner"),
     "na2c": Entry("N-A2C", "NA2CTuner"),
     "autotvm": Entry("AutoTVM XGBoost+SA", "AutoTVMTuner"),

@@ -2,13 +2,19 @@
 
 Prints figures; it asserts nothing (timings belong here, not in timed tests). It feeds the
 tuner the calls NNI's dispatcher makes for one trial at a time (``generate_parameters`` then
-``receive_trial_result`` and ``trial_end``) on the synthetic tiled-MatMul space, whose
-factor and perm parameters make well over 10^7 configurations, and reports, once the
-history holds each checkpoint's number of results, the median and p99 of the next
-``--window`` calls and the traced Python memory the tuner holds.
+``receive_trial_result`` and ``trial_end``) and reports, once the history holds each
+checkpoint's number of results, the median and p99 of the next ``--window`` calls and the
+traced Python memory the tuner holds. The space is
+
+* ``synthetic`` (default): the tiled-MatMul landscape's factor and perm parameters, well over
+  10^7 configurations, with its objective;
+* ``MM1``: MM1's CUDA space as the shipped experiment has it, with the trial code's static
+  check as the constraint (H100 limits: 78 % of the space refused), so the time includes the
+  constraint hook's; results are pseudo-random values of the configuration.
 
     python -m benchmarks.overhead                         # every tuner, 1k and 10k
     python -m benchmarks.overhead --tuner opevo nose --checkpoints 1000 10000 50000
+    python -m benchmarks.overhead --space MM1 --tuner opevo opevo-paper
 
 A learner's cost comes in bursts (AutoTVM refits and anneals once per 64 results, NoSE breeds
 once per 30 proposals), so the median shows the common call and the p99 and the mean the
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -31,7 +38,7 @@ from nni_opevo import SearchSpace
 from . import catalog
 from .synthetic import tiled_matmul
 
-TUNERS = ["opevo", "opevo-prescreen", "gbfs", "na2c", "autotvm", "nose", "tpe"]
+TUNERS = ["opevo", "opevo-paper", "gbfs", "na2c", "autotvm", "nose", "tpe"]
 
 
 def _one_trial(tuner: Tuner, parameter_id: int, objective: Callable[[dict[str, Any]], float]) -> tuple[float, float]:
@@ -46,15 +53,32 @@ def _one_trial(tuner: Tuner, parameter_id: int, objective: Callable[[dict[str, A
     return proposed - start, time.perf_counter() - received
 
 
-def measure(name: str, checkpoints: list[int], window: int, seed: int) -> None:
-    space, objective = tiled_matmul(1024, 1024, 1024, seed=seed)
-    print(f"tuner {name}: tiled-MatMul 1024^3 space of {SearchSpace(space).size:.3g} configurations")
+def problem(name: str, seed: int) -> tuple[dict[str, Any], Callable[[dict[str, Any]], float], dict[str, Any], str]:
+    """(space, objective, constraint classArgs, description) of ``--space``."""
+    if name == "synthetic":
+        space, objective = tiled_matmul(1024, 1024, 1024, seed=seed)
+        return space, objective, {}, "tiled-MatMul 1024^3"
+    from trial_code import constraint, workloads
+    from trial_code.templates import for_workload
+
+    workload = workloads.lookup(name)
+    space = for_workload(workload).space(workload, "cuda")
+
+    def objective(params: dict[str, Any]) -> float:  # a value per configuration: cheap, and no two alike
+        return float(np.random.default_rng(abs(hash(json.dumps(params, sort_keys=True))) % 2**32).random())
+
+    return space, objective, constraint.class_args(workload, "cuda"), f"{name} CUDA with the static-check constraint"
+
+
+def measure(name: str, checkpoints: list[int], window: int, seed: int, space_name: str = "synthetic") -> None:
+    space, objective, constraint_args, description = problem(space_name, seed)
+    print(f"tuner {name}: {description}, a space of {SearchSpace(space).size:.3g} configurations")
     print(f"{'history':>8} {'propose med':>12} {'propose p99':>12} {'report med':>11} {'report p99':>11}"
           f" {'both med':>9} {'both p99':>9} {'both mean':>10} {'memory':>9} {'per result':>10}")
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    tuner = catalog.build(name, seed)
+    tuner = catalog.build(name, seed, extra=constraint_args)
     tuner.update_search_space(space)
     done = 0
     for checkpoint in checkpoints:
@@ -83,9 +107,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="history sizes (results received) at which to measure")
     parser.add_argument("--window", type=int, default=500, help="calls timed at each checkpoint")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--space", default="synthetic", help="synthetic (default) or a named workload, e.g. MM1")
     args = parser.parse_args(argv)
     for name in args.tuner:
-        measure(name, sorted(args.checkpoints), args.window, args.seed)
+        measure(name, sorted(args.checkpoints), args.window, args.seed, args.space)
 
 
 if __name__ == "__main__":

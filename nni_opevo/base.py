@@ -54,6 +54,8 @@ ENUMERATION_LIMIT = 200_000
 PROPOSALS_PER_TRIAL = 100
 """Proposals the algorithm may make for one trial while the constraint refuses them, before the
 fallbacks (random feasible draws, listing) take over."""
+EXHAUSTED = "every configuration of the search space has been proposed or refused by the constraint"
+"""NoMoreTrialError's message, however the exhaustion was found (NNI then ends the experiment)."""
 REPORT_EVERY = 64
 """Trials between two log lines counting the constraint's refusals (after the 1st, 2nd, 4th ... 64th)."""
 
@@ -176,7 +178,7 @@ class PopulationTuner(Tuner):
         space, population = self.require_space()
         for _ in range(PROPOSALS_PER_TRIAL):
             if len(population) >= space.size:
-                raise NoMoreTrialError("every configuration of the search space has been proposed or refused")
+                raise NoMoreTrialError(EXHAUSTED)
             config = self._propose()
             if not self.seen(config):
                 if self.feasible(config):
@@ -253,9 +255,9 @@ class PopulationTuner(Tuner):
             self._observe(population.reject(config))
         return False
 
-    def usable(self, config: Config) -> bool:
-        """Unseen and feasible: a configuration that may be proposed."""
-        return not self.seen(config) and self.feasible(config)
+    def usable(self, config: Config, learn: bool = True) -> bool:
+        """Unseen and feasible: a configuration that may be proposed (``learn``: see ``feasible``)."""
+        return not self.seen(config) and self.feasible(config, learn)
 
     def _convert(self, parameters: Any) -> Config | None:
         assert self.space is not None
@@ -287,7 +289,7 @@ class PopulationTuner(Tuner):
             left = [c for c in space.enumerate() if self.usable(c)]
             if left:
                 return left[int(self.rng.integers(len(left)))]
-            raise NoMoreTrialError("every feasible configuration of the search space has been proposed")
+            raise NoMoreTrialError(EXHAUSTED)
         _logger.warning(
             "no usable configuration near the proposal nor in %d random draws of a space of %s; ending",
             RANDOM_DRAWS,
@@ -295,13 +297,14 @@ class PopulationTuner(Tuner):
         )
         raise NoMoreTrialError("no unseen feasible configuration could be found")
 
-    def fresh(self, proposals: Iterator[Config], limit: int) -> list[Config]:
-        """Up to ``limit`` distinct usable configurations from ``proposals``, in order."""
+    def fresh(self, proposals: Iterator[Config], limit: int, learn: bool = True) -> list[Config]:
+        """Up to ``limit`` distinct usable configurations from ``proposals``, in order
+        (``learn``: whether refused ones are recorded, see ``feasible``)."""
         space, _ = self.require_space()
         out: dict[ConfigKey, Config] = {}
         for config in proposals:
             key = space.identity(config)
-            if key not in out and self.usable(config):
+            if key not in out and self.usable(config, learn):
                 out[key] = config
                 if len(out) == limit:
                     break

@@ -1,6 +1,9 @@
 """OpEvo's variation operators: recombination (paper eq. 2) and the q-random walk (eq. 3).
 
-Both work parameter by parameter on the flat keyed configurations of ``search_space``.
+Both work parameter by parameter on the flat keyed configurations of ``search_space``. The
+walk steps to a uniformly drawn neighbour of the parameter's topology (paper, sec. 3);
+``scaled_step`` is the step of OpEvo's default variant, which for a ``discrete`` set of numbers
+may also double or halve the value (``DiscreteParameter.scaled``).
 """
 from __future__ import annotations
 
@@ -8,17 +11,47 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .parameters import Parameter, Value
+from .parameters import DiscreteParameter, Parameter, Value
 from .search_space import Config, SearchSpace, Slot
 
+Step = Callable[[Parameter, Value, np.random.Generator], "Value | None"]
+"""One step of a walk: a neighbour of the value, or None for an isolated value."""
 
-def q_random_walk(param: Parameter, start: Value, q: float, rng: np.random.Generator) -> Value:
+
+def topology_step(param: Parameter, value: Value, rng: np.random.Generator) -> Value | None:
+    """A neighbour drawn uniformly from the parameter's topology (paper, sec. 3)."""
+    return param.random_neighbour(value, rng)
+
+
+def scaled_step(param: Parameter, value: Value, rng: np.random.Generator) -> Value | None:
+    """``topology_step``, except that a ``discrete`` value may also step to its double or half
+    (uniformly among the values just below and above and those)."""
+    if isinstance(param, DiscreteParameter):
+        options = param.scaled_neighbours(value)
+        return options[int(rng.random() * len(options))] if options else None
+    return param.random_neighbour(value, rng)
+
+
+def q_random_walk(param: Parameter, start: Value, q: float, rng: np.random.Generator,
+                  step: Step = topology_step) -> Value:
     """Walk from ``start``: at every step, with probability q move to a uniformly chosen
     neighbour (eq. 3), else stop. The stopping point follows S = (1-q)(I-Q)^-1 p0 (appendix A).
     An isolated value (a set of one) stays put."""
     value = start
     while rng.random() < q:
-        nxt = param.random_neighbour(value, rng)
+        nxt = step(param, value, rng)
+        if nxt is None:
+            break
+        value = nxt
+    return value
+
+
+def walk(param: Parameter, start: Value, steps: int, rng: np.random.Generator, step: Step) -> Value:
+    """``steps`` steps of the walk from ``start`` (stopping at an isolated value): with ``steps``
+    drawn geometrically, P(k) = q^k (1 - q), this is the q-random walk."""
+    value = start
+    for _ in range(steps):
+        nxt = step(param, value, rng)
         if nxt is None:
             break
         value = nxt
@@ -36,6 +69,22 @@ class Parents:
         # If every parent weighs 0, they are drawn uniformly (the limit of eq. 2).
         self.cumulative = np.cumsum(weights if weights.sum() > 0 else np.ones(len(weights)))
         self.everyone = {slot.key: all(slot.key in c for c in self.configs) for slot in space.slots}
+        self.flat = all(slot.condition is None for slot in space.slots)
+
+    def child(self, q: float, rng: np.random.Generator, step: Step) -> Config:
+        """Eq. 2 recombination and the q-random walk of every parameter: ``inherit`` with
+        ``q_random_walk``, with the draws of a flat space made all at once."""
+        if not self.flat:
+            return self.inherit(rng, lambda slot, value: q_random_walk(slot.param, value, q, rng, step))
+        slots = self.space.slots
+        picks = np.minimum(np.searchsorted(self.cumulative, rng.random(len(slots)) * self.cumulative[-1],
+                                           side="right"), len(self.configs) - 1)
+        steps = rng.geometric(1.0 - q, len(slots)) - 1
+        child: Config = {}
+        for slot, pick, k in zip(slots, picks.tolist(), steps.tolist()):
+            value = self.configs[pick][slot.key]
+            child[slot.key] = walk(slot.param, value, k, rng, step) if k else value
+        return child
 
     def draw(self, rng: np.random.Generator) -> int:
         i = int(np.searchsorted(self.cumulative, rng.random() * self.cumulative[-1], side="right"))
@@ -71,12 +120,13 @@ def breed(
     parents: Sequence[tuple[Config, float]] | Parents,
     q: float,
     rng: np.random.Generator,
+    step: Step = topology_step,
 ) -> Config:
     """One child of the paper's Algorithm 1: eq. 2 recombination (``Parents.inherit``), then
     every parameter mutated by the q-random walk. With a single parent of weight 1 this is
     plain mutation: every parameter walked again."""
     prepared = parents if isinstance(parents, Parents) else Parents(space, parents)
-    return prepared.inherit(rng, lambda slot, value: q_random_walk(slot.param, value, q, rng))
+    return prepared.child(q, rng, step)
 
 
 def nearest_usable(

@@ -1,64 +1,90 @@
-"""OpEvoTuner: Algorithm 1 of Gao et al., "OpEvo: An Evolutionary Method for Tensor Operator
-Optimization" (AAAI 2021), as a steady-state NNI 3.0 tuner.
+"""OpEvoTuner: OpEvo (Gao et al., "OpEvo: An Evolutionary Method for Tensor Operator
+Optimization", AAAI 2021) as a steady-state NNI 3.0 tuner, in two variants.
 
-Mapping from the paper to NNI's calls:
+``variant: paper`` is Algorithm 1 as published, mapped to NNI's calls:
 
 * Lines 1-2: the first lambda proposals are uniform random configurations.
 * Lines 4-5: afterwards every proposal is a child of the current top-lambda evaluated
   configurations: per parameter, a parent drawn with probability proportional to fitness
-  (eq. 2), then the q-random walk (eq. 3). ``offspring_size`` (rho) children are bred from one
-  selection of parents, a ``Generation``; the next selection is made after rho children, and
-  sooner while the selection is incomplete (see ``Generation.due``). With trialConcurrency =
-  rho this is the paper's generation, minus its barrier: NNI asks for a configuration whenever
-  a worker frees up, and always gets one at once, so no worker idles waiting for a generation.
+  (eq. 2), then the q-random walk (eq. 3) over the parameter's topology. ``offspring_size``
+  (rho) children are bred from one selection of parents, a ``Generation``; the next selection
+  is made after rho children, and sooner while the selection is incomplete (see
+  ``Generation.due``). With trialConcurrency = rho this is the paper's generation, minus its
+  barrier: NNI asks for a configuration whenever a worker frees up, and always gets one at
+  once, so no worker idles waiting for a generation.
 * Until some evaluated configuration has positive fitness there is nothing to inherit (sec.
   4.2: zero-fitness traits are never inherited), so proposals stay uniform random.
-* No configuration is proposed twice (sec. 4.4): a child that is evaluated or in flight is
-  mutated again, up to ``REMUTATIONS`` times; if it still lands on sampled configurations its
-  neighbourhood is saturated, and it becomes the nearest unseen configuration in the topology
-  (breadth-first, ``base.SEARCH_EXPANSIONS`` at most); failing that, a random draw, and for spaces of
-  at most ``base.ENUMERATION_LIMIT`` configurations an unseen one found by listing. When none is
-  left the tuner raises NoMoreTrialError and NNI ends the experiment.
 * Line 6 / fitness: see ``fitness`` for how reported values, failures and minimize mode map
   to weights.
-* Beyond the paper, ``prescreen`` = s > 1 breeds s*rho unseen children per selection and
-  measures the rho that NoSE's k-NN surrogate (``knn``) rates highest; whether that pays is
-  for the benchmark to tell, so it is off by default.
 
-The NNI plumbing (history, failures, unknown ids, resume, no repeats) is ``base``'s.
+``variant: screened`` (the default) keeps the paper's operators and departs from it in three
+ways, each measured in docs/tuners.md on brute-forced tuning spaces:
+
+* **Screening by expected improvement.** For every proposal it breeds ``screen`` children of the
+  current parents (eq. 2 and the q-random walk; a share ``explore`` of them uniform random
+  instead), keeps those that are unseen and feasible, and proposes the one a Gaussian-process
+  surrogate (``surrogate``) expects to improve most on the best so far. Budgets are small, and
+  a child is a guess: the surrogate learns from every measurement which guesses pay.
+* **Sizes step by doubling too.** The walk over a ``discrete`` set of numbers may also step to
+  the value's double or half (``operators.scaled_step``): tile and block sizes act
+  multiplicatively, and a value between two good ones (a 3-wide tile between 2 and 4, a
+  48-wide block between 32 and 64) can be far worse than both.
+* **Restarts.** After ``restart`` measurements without improving the best of the current
+  ``Epoch``, a new epoch starts: lambda new random configurations and parents drawn only from
+  the new epoch's measurements, while the surrogate keeps learning from all of them. An
+  evolutionary search converges on one basin; a good kernel is often in another.
+
+In both variants no configuration is proposed twice (sec. 4.4): a child that is evaluated or
+in flight is mutated again, up to ``REMUTATIONS`` times, then ``base`` finds the nearest
+unseen one. The NNI plumbing (history, failures, unknown ids, resume, no repeats, the
+constraint hook) is ``base``'s.
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .base import PopulationTuner
-from .class_args import SearchArgs, Validator, arg, open_unit, positive_int
-from .knn import KnnSurrogate
-from .operators import breed
+from .class_args import SearchArgs, Validator, arg, one_of, open_unit, positive_int, unit
+from .operators import Parents, Step, breed, scaled_step, topology_step
 from .population import Population
 from .search_space import Config, ConfigKey
+from .surrogate import Surrogate, TrainingSet
 
 _logger = logging.getLogger(__name__)
 
 REMUTATIONS = 64
-KNN_K = 9
-"""Neighbours of the pre-screening surrogate (NoSE's k)."""
 SCREEN_ATTEMPTS = 4
-"""Children bred per wanted unseen child when pre-screening, before settling for fewer."""
+"""Candidates bred per wanted unseen feasible one when screening, before settling for fewer."""
+SURROGATE_CAPACITY = 128
+"""Measurements the surrogate trains on at most (the best half and the most recent half)."""
+
+
+def non_negative_int(name: str, value: Any) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"classArg '{name}' must be an integer >= 0, got {value!r}")
+    return int(value)
 
 
 @dataclass(frozen=True)
 class OpEvoArgs(SearchArgs):
     parents_size: int = arg(8, positive_int, "lambda, the top configurations recombined (paper: 8)")
-    offspring_size: int = arg(8, positive_int, "rho, the children bred from one selection of parents (paper: 8)")
+    offspring_size: int = arg(8, positive_int, "rho, the children bred from one selection of parents (paper: 8; "
+                                               "the paper variant)")
     mutate_rate: float = arg(0.5, open_unit, "q of the q-random walk: the probability of each further step "
                                              "(paper: 0.5); near 0 children stay close to their parents")
-    prescreen: int = arg(1, positive_int, "1: every child is measured, as in the paper; s > 1: breed s*rho "
-                                          "children per selection and measure the rho the k-NN surrogate "
-                                          "(NoSE's, k = 9) rates best")
+    variant: str = arg("screened", one_of("screened", "paper"), "'screened': children screened by a surrogate's "
+                       "expected improvement, sizes stepping by doubling too, restarts (see docs/tuners.md); "
+                       "'paper': Algorithm 1 exactly as published")
+    screen: int = arg(32, positive_int, "candidates bred per proposal and ranked by the surrogate (screened)")
+    explore: float = arg(0.1, unit, "share of the screened candidates drawn uniformly at random instead of bred "
+                                    "(screened)")
+    restart: int = arg(25, non_negative_int, "measurements without improving the current epoch's best before a "
+                                             "restart (screened; 0: never)")
 
 
 class OpEvoClassArgsValidator(Validator):
@@ -67,7 +93,8 @@ class OpEvoClassArgsValidator(Validator):
 
 @dataclass
 class Generation:
-    """One selection of parents (Algorithm 1, line 4) and the children still to breed from it (line 5)."""
+    """One selection of parents (Algorithm 1, line 4) and the children still to breed from it
+    (line 5): the paper variant's steady state."""
 
     parents: list[tuple[Config, float]]
     """The top-lambda evaluated configurations with their eq. 2 weights."""
@@ -75,8 +102,6 @@ class Generation:
     """``Population.version`` when they were selected."""
     children_left: int
     """Children still to breed from these parents: rho at selection."""
-    brood: list[Config] = field(default_factory=list)
-    """Pre-screened children waiting to be proposed (``prescreen`` > 1)."""
 
     @property
     def fertile(self) -> bool:
@@ -91,8 +116,25 @@ class Generation:
         return self.children_left <= 0 or (not complete and population.version != self.version)
 
 
+@dataclass
+class Epoch:
+    """The screened variant's stretch of search since its last restart."""
+
+    start: int
+    """Index, in measurement order, of the epoch's first measurement."""
+    proposed: int = 0
+    """Proposals made in this epoch (the first lambda are random)."""
+    best: float = -np.inf
+    best_at: int = 0
+    """The best score measured in this epoch, and the measurement count when it was found."""
+
+    def stale(self, measured: int, restart: int) -> bool:
+        """``restart`` measurements in a row that did not improve this epoch's best."""
+        return restart > 0 and measured - max(self.best_at, self.start) >= restart
+
+
 class OpEvoTuner(PopulationTuner):
-    """OpEvo for NNI (Gao et al. 2021, Algorithm 1; see the module docstring)."""
+    """OpEvo for NNI (Gao et al. 2021; see the module docstring)."""
 
     algorithm = "OpEvo"
     Args = OpEvoArgs
@@ -100,55 +142,98 @@ class OpEvoTuner(PopulationTuner):
 
     def __init__(self, **class_args: Any) -> None:
         super().__init__(**class_args)
-        self.surrogate: KnnSurrogate | None = None
         self.generation: Generation | None = None
+        self.epoch = Epoch(start=0)
+        self.epochs = 1
+        self.surrogate: Surrogate | None = None
+        self.measured = TrainingSet()
+        self.step: Step = scaled_step if self.args.variant == "screened" else topology_step
 
     # ------------------------------------------------------------------ base hooks
 
     def _rebuild(self) -> None:
-        self.generation = None
-        if self.args.prescreen > 1:
-            assert self.population is not None
-            self.surrogate = KnnSurrogate(self.population, KNN_K)
+        space, population = self.require_space()
+        self.generation, self.epoch, self.epochs = None, Epoch(start=0), 1
+        self.measured = TrainingSet()
+        self.surrogate = Surrogate(SURROGATE_CAPACITY, space.ordinal)
+        for key, record in population.records.items():
+            if record.evaluated and not record.rejected:
+                self._observe(key)
 
     def _observe(self, key: ConfigKey) -> None:
-        if self.surrogate is not None:
-            self.surrogate.observe(key)
+        space, population = self.require_space()
+        record = population.records[key]
+        if record.rejected:
+            return  # refusals cost no trial: the surrogate learns from measurements only
+        self.measured.put(key, space.atoms(record.config), record.objective)
+        score = population.fitness.score(record.objective)
+        if score > self.epoch.best and self.measured.index(key) >= self.epoch.start:
+            self.epoch.best, self.epoch.best_at = score, len(self.measured)
 
     def _propose(self) -> Config:
+        if self.args.variant == "paper":
+            return self._paper()
+        return self._screened()
+
+    def _variations(self, config: Config) -> Iterator[Config]:
+        space, _ = self.require_space()
+        for _ in range(REMUTATIONS):
+            config = breed(space, [(config, 1.0)], self.args.mutate_rate, self.rng, self.step)
+            yield config
+
+    # ------------------------------------------------------------------ the paper's Algorithm 1
+
+    def _paper(self) -> Config:
         space, population = self.require_space()
         if self.n_proposed < self.args.parents_size:  # line 2: the random initial population
             return space.sample(self.rng)
         if self.generation is None or self.generation.due(population, self.args.parents_size):
             self.generation = Generation(population.parents(self.args.parents_size), population.version,
                                          self.args.offspring_size)
-        generation = self.generation
-        if not generation.fertile:
+        if not self.generation.fertile:
             return space.sample(self.rng)
-        if self.surrogate is not None and not generation.brood:
-            generation.brood = self._screened(generation)
-        generation.children_left -= 1
-        if generation.brood:
-            return generation.brood.pop(0)
-        return breed(space, generation.parents, self.args.mutate_rate, self.rng)
+        self.generation.children_left -= 1
+        return breed(space, self.generation.parents, self.args.mutate_rate, self.rng)
 
-    def _variations(self, config: Config) -> Iterator[Config]:
-        space, _ = self.require_space()
-        for _ in range(REMUTATIONS):
-            config = breed(space, [(config, 1.0)], self.args.mutate_rate, self.rng)
-            yield config
+    # ------------------------------------------------------------------ the screened variant
 
-    def _screened(self, generation: Generation) -> list[Config]:
-        """The rest of this generation's children: the best by the surrogate among
-        ``prescreen`` times as many unseen ones."""
-        space, _ = self.require_space()
+    def _screened(self) -> Config:
+        space, population = self.require_space()
+        if self.epoch.stale(len(self.measured), self.args.restart):
+            self.epoch = Epoch(start=len(self.measured))
+            self.epochs += 1
+            _logger.info("OpEvo: no better kernel in %d measurements; restart %d from new random configurations",
+                         self.args.restart, self.epochs - 1)
+        self.epoch.proposed += 1
+        if self.epoch.proposed <= self.args.parents_size:  # each epoch's random initial population
+            return space.sample(self.rng)
+        parents = self._epoch_parents()
+        if not any(w > 0 for _, w in parents):
+            return space.sample(self.rng)
+        prepared = Parents(space, parents)
+        candidates = self.fresh(self._candidates(prepared), self.args.screen, learn=False)
+        if len(candidates) < 2:
+            return candidates[0] if candidates else breed(space, prepared, self.args.mutate_rate, self.rng, self.step)
         assert self.surrogate is not None
-        wanted = generation.children_left * self.args.prescreen
-        bred = (breed(space, generation.parents, self.args.mutate_rate, self.rng)
-                for _ in range(SCREEN_ATTEMPTS * wanted))
-        children = self.fresh(bred, wanted)
-        if not children:
-            return []
-        scores = self.surrogate.predict(children)
-        order = sorted(range(len(children)), key=lambda i: -scores[i])
-        return [children[i] for i in order[: generation.children_left]]
+        rows, weights = self.measured.arrays(population.fitness)
+        self.surrogate.fit(rows, weights)
+        if not self.surrogate.ready:
+            return candidates[0]
+        gains = self.surrogate.expected_improvement(np.stack([space.atoms(c) for c in candidates]))
+        return candidates[int(np.argmax(gains))]
+
+    def _epoch_parents(self) -> list[tuple[Config, float]]:
+        """The top-lambda measurements of the current epoch with their eq. 2 weights."""
+        _, population = self.require_space()
+        mine = self.measured.keys_since(self.epoch.start)
+        ranked = (key for key in population.evaluated() if key in mine)
+        top = [key for _, key in zip(range(self.args.parents_size), ranked)]
+        return [(population.records[key].config, population.weight(key)) for key in top]
+
+    def _candidates(self, parents: Parents) -> Iterator[Config]:
+        space, _ = self.require_space()
+        for _ in range(SCREEN_ATTEMPTS * self.args.screen):
+            if self.rng.random() < self.args.explore:
+                yield space.sample(self.rng)
+            else:
+                yield breed(space, parents, self.args.mutate_rate, self.rng, self.step)

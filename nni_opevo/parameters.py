@@ -137,6 +137,17 @@ class Parameter(ABC):
         """How many numbers ``encode`` gives."""
         return 1
 
+    def atoms(self, value: Value) -> tuple[float, ...]:
+        """The value for the screening surrogate (``surrogate``), ``len(ordinal)`` numbers: an
+        ordinal atom is a position in [0, 1] compared by distance, a categorical one a code
+        compared by equality. By default one categorical atom: the value's index or code."""
+        return (float(value) if isinstance(value, (int, float)) else float(hash(value) % 2**52),)
+
+    @property
+    def ordinal(self) -> tuple[bool, ...]:
+        """Which of ``atoms`` are ordinal (see ``atoms``)."""
+        return (False,)
+
     @abstractmethod
     def to_trial(self, value: Value) -> Any:
         """The value as the trial receives it (JSON-serializable)."""
@@ -271,6 +282,15 @@ class FactorParameter(Parameter):
     def n_features(self) -> int:
         return self.nu
 
+    def atoms(self, value: tuple[int, ...]) -> tuple[float, ...]:
+        """Each entry's log2 as a share of log2(C): tile sizes act on performance in ratios."""
+        scale = math.log2(self.product) or 1.0
+        return tuple(math.log2(a) / scale for a in value)
+
+    @property
+    def ordinal(self) -> tuple[bool, ...]:
+        return (True,) * self.nu
+
     def enumerate(self) -> Iterator[tuple[int, ...]]:
         per_prime = [[tuple(p**k for k in comp) for comp in _compositions(e, self.nu)] for p, e in self.factorization]
         for combo in product(*per_prime):
@@ -363,6 +383,14 @@ class PermParameter(Parameter):
     @property
     def n_features(self) -> int:
         return self.n
+
+    def atoms(self, value: tuple[int, ...]) -> tuple[float, ...]:
+        """The item at each position: two orders share an atom where they place the same loop."""
+        return tuple(float(i) for i in value)
+
+    @property
+    def ordinal(self) -> tuple[bool, ...]:
+        return (False,) * self.n
 
     def enumerate(self) -> Iterator[tuple[int, ...]]:
         from itertools import permutations
@@ -518,6 +546,17 @@ class GridParameter(Parameter):
         """The ordinal position from 1 on a bounded grid; the value itself on an unbounded one."""
         return (float(value - self.k_low + 1),) if math.isfinite(self.k_low) else (float(self.value_at(value)),)
 
+    def atoms(self, value: int) -> tuple[float, ...]:
+        """The position on a bounded grid as a share of its length (ordinal); on an unbounded one
+        the grid index, compared by equality."""
+        if math.isfinite(self.k_low) and math.isfinite(self.k_high) and self.k_high > self.k_low:
+            return ((value - self.k_low) / (self.k_high - self.k_low),)
+        return (float(value),)
+
+    @property
+    def ordinal(self) -> tuple[bool, ...]:
+        return (math.isfinite(self.k_low) and math.isfinite(self.k_high),)
+
     def to_trial(self, value: int) -> float | int:
         return self.value_at(value)
 
@@ -559,12 +598,30 @@ class DiscreteParameter(GridParameter):
     def sample(self, rng: np.random.Generator) -> int:
         return int(rng.integers(len(self.values)))
 
+    def atoms(self, value: int) -> tuple[float, ...]:
+        """The value's index, compared by equality: the numbers of a tuning knob (block sizes,
+        unroll steps) rarely perform smoothly in their order (a 48-wide block between two good
+        powers of two can be ten times slower)."""
+        return (float(value),)
+
+    @property
+    def ordinal(self) -> tuple[bool, ...]:
+        return (False,)
+
     def scaled(self, value: int) -> list[int]:
         """Indices of the value doubled and halved, where the set holds them and they are not
         already the values just below or above."""
         v = float(self.values[value])
         found = (self._index.get(v * 2), self._index.get(v / 2)) if v != 0 else (None, None)
         return [k for k in found if k is not None and abs(k - value) > 1]
+
+    def scaled_neighbours(self, value: int) -> tuple[int, ...]:
+        """``neighbours`` and ``scaled`` together, listed once per value."""
+        table = self.__dict__.setdefault("_scaled_table", {})
+        options = table.get(value)
+        if options is None:
+            options = table[value] = tuple(self.neighbours(value) + self.scaled(value))
+        return options
 
     def value_at(self, k: int) -> float | int:
         return self.values[k]
@@ -777,6 +834,16 @@ class ContinuousParameter(Parameter):
 
     def encode(self, value: float) -> tuple[float, ...]:
         return (float(value),)
+
+    def atoms(self, value: float) -> tuple[float, ...]:
+        """The position across the set's width (in log space for the log types), ordinal."""
+        x = math.log(value) if self.log else value
+        low = self.lo_in if math.isfinite(self.lo_in) else self.mu - 2 * self.sigma  # type: ignore[attr-defined]
+        return ((x - low) / self.width,)
+
+    @property
+    def ordinal(self) -> tuple[bool, ...]:
+        return (True,)
 
     def to_trial(self, value: float) -> float:
         return float(value)

@@ -23,8 +23,6 @@ MAX_DEPTH = 32
 MAX_PARAMETERS = 10_000
 """Most parameters in a space, nested ones included."""
 
-INACTIVE = -(2**62)
-"""The atom of a parameter that is not active in a configuration."""
 Key = tuple  # e.g. ("tile_x",) or ("model", 1, "depth"): name path with option indices, as NNI keys them
 Config = dict  # Key -> internal value, active parameters only
 ConfigKey = tuple  # hashable identity of a configuration
@@ -205,22 +203,20 @@ class SearchSpace:
     # ------------------------------------------------------------------ atoms (the surrogate's encoding)
 
     @cached_property
-    def atom_width(self) -> int:
-        return sum(_atoms_of(slot.param) for slot in self.slots)
+    def ordinal(self) -> np.ndarray:
+        """Which columns of ``atoms`` are ordinal (compared by distance) rather than categorical."""
+        return np.array([o for slot in self.slots for o in slot.param.ordinal], dtype=bool)
 
     def atoms(self, config: Config) -> np.ndarray:
-        """The configuration as integer atoms for an equality (Hamming) comparison: one per
-        parameter value, a factor or perm one per entry; ``INACTIVE`` where a parameter is not
-        active. Two configurations share an atom when that value (that tile entry, that loop at
-        that position) is the same."""
-        out = np.full(self.atom_width, INACTIVE, dtype=np.int64)
+        """The configuration as the screening surrogate compares it: each active parameter's
+        ``Parameter.atoms`` in space order (a factor and a perm one per entry), NaN where a
+        parameter is not active."""
+        out = np.full(len(self.ordinal), np.nan)
         i = 0
         for slot in self.slots:
-            width = _atoms_of(slot.param)
+            width = len(slot.param.ordinal)
             if slot.key in config:
-                value = config[slot.key]
-                parts = value if isinstance(value, tuple) else (value,)
-                out[i : i + width] = [p if isinstance(p, int) else hash(p) for p in parts]
+                out[i : i + width] = slot.param.atoms(config[slot.key])
             i += width
         return out
 
@@ -260,13 +256,3 @@ class SearchSpace:
         except (ValueError, KeyError, IndexError, TypeError):
             return False
 
-
-def _atoms_of(param: object) -> int:
-    """How many atoms a parameter's value makes: a factor's nu entries, a perm's n positions, else one."""
-    from .parameters import FactorParameter, PermParameter
-
-    if isinstance(param, FactorParameter):
-        return param.nu
-    if isinstance(param, PermParameter):
-        return param.n
-    return 1

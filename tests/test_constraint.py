@@ -21,7 +21,7 @@ from trial_code.templates import Infeasible, for_workload
 LIMITS = {"constraint": "constraints:tiled_limits"}
 TUNERS = {
     "OpEvo": lambda **kw: OpEvoTuner(parents_size=4, offspring_size=4, **kw),
-    "OpEvo-prescreen": lambda **kw: OpEvoTuner(parents_size=4, offspring_size=4, prescreen=4, **kw),
+    "OpEvo-paper": lambda **kw: OpEvoTuner(parents_size=4, offspring_size=4, variant="paper", **kw),
     "GBFS": lambda **kw: GBFSTuner(**kw),
     "NA2C": lambda **kw: NA2CTuner(**kw),
     "AutoTVM": lambda **kw: AutoTVMTuner(plan_size=16, sa_chains=32, sa_steps=60, **kw),
@@ -149,6 +149,24 @@ def test_trial_code_constraint_takes_custom_shapes():
     too_many_threads = {"tile_n": [1, 1, 64, 4], "tile_m": [1, 1, 32, 24], "tile_k": [3072, 1, 1],
                         "inner_order": ["k", "n", "m"]}
     assert trial_constraint.feasible(too_many_threads, **args) is False
+
+
+def test_trial_code_constraint_refuses_a_search_space_of_another_workload():
+    """An experiment whose constraint_args name another workload or target than its search space
+    gets the cause as an error, not "no feasible configuration is left"."""
+    import numpy as np
+
+    small = workloads.lookup("MM_small")
+    space = SearchSpace(for_workload(small).space(small, "cpu"))
+    params = space.to_trial(space.sample(np.random.default_rng(0)))
+    assert trial_constraint.feasible(params, **trial_constraint.class_args(small, "cpu")["constraint_args"])
+    with pytest.raises(ValueError, match="constraint_args name workload MM1 on target cuda, but the search space is "
+                                         "not theirs: parameter 'tile_n'"):
+        trial_constraint.feasible(params, workload="MM1", target="cuda")
+    tuner = OpEvoTuner(constraint="trial_code.constraint:feasible", constraint_args={"workload": "MM1", "target": "cuda"})
+    tuner.update_search_space(space.raw)
+    with pytest.raises(ConstraintError, match="but the search space is not theirs"):
+        tuner.generate_parameters(0)
 
 
 def test_trial_code_constraint_never_imports_tvm():

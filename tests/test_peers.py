@@ -34,7 +34,7 @@ from nni_opevo.search_space import SearchSpace
 
 NATIVE = {
     "OpEvo": lambda **kw: OpEvoTuner(parents_size=4, offspring_size=4, **kw),
-    "OpEvo-prescreen": lambda **kw: OpEvoTuner(parents_size=4, offspring_size=4, prescreen=4, **kw),
+    "OpEvo-paper": lambda **kw: OpEvoTuner(parents_size=4, offspring_size=4, variant="paper", **kw),
     "GBFS": lambda **kw: GBFSTuner(**kw),
     "NA2C": lambda **kw: NA2CTuner(**kw),
     "AutoTVM": lambda **kw: AutoTVMTuner(plan_size=16, sa_chains=32, sa_steps=60, **kw),

@@ -22,6 +22,8 @@ import pytest
 import yaml
 from nni_experiment import Experiment, free_port
 
+from trial_code import constraint, workloads
+
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 SSHD = "/usr/sbin/sshd"
@@ -72,6 +74,7 @@ def test_remote_training_service_runs_the_unchanged_trial_code(sshd, tmp_path):
     # This machine's environment in place of /opt/nni-opevo/.venv, and a CPU workload (no GPU
     # here); otherwise the shipped file as it is.
     cfg["trialCommand"] = f"{sys.executable} -m trial_code.trial --workload MM_small --target cpu --min-repeat-ms 10"
+    cfg["tuner"]["classArgs"].update(constraint.class_args(workloads.lookup("MM_small"), "cpu"))
     cfg.pop("trialGpuNumber")
     cfg["trialConcurrency"], cfg["maxTrialNumber"] = 2, TRIALS
     for gpu_key in ("useActiveGpu", "maxTrialNumberPerGpu", "gpuIndices"):

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import targets, workloads
 from .targets import Target
-from .templates import Infeasible, Template, for_workload
+from .templates import Infeasible, NotInSpace, Template, for_workload
 from .workloads import Workload
 
 
@@ -30,10 +30,17 @@ def _problem(workload: str | None, target: str, family: str | None, shape: tuple
 
 def feasible(params: dict[str, Any], workload: str | None = None, target: str = "auto", family: str | None = None,
              shape: dict[str, Any] | None = None, name: str | None = None) -> bool:
-    """Whether ``params`` pass the template's static checks for the workload on the target."""
+    """Whether ``params`` pass the template's static checks for the workload on the target.
+
+    Parameters that are not of the workload's space at all raise ValueError rather than return
+    False: the experiment's search space and its ``constraint_args`` disagree, and refusing every
+    candidate would end it with "no feasible configuration" instead of the cause."""
     chosen, template, resolved = _problem(workload, target, family, tuple(sorted((shape or {}).items())), name)
     try:
         template.check(chosen, params, resolved)
+    except NotInSpace as exc:
+        raise ValueError(f"constraint_args name workload {chosen.name} on target {resolved.kind}, but the search "
+                         f"space is not theirs: {exc}") from None
     except Infeasible:
         return False
     return True

@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import traceback
 from typing import Any, NoReturn
@@ -91,6 +92,9 @@ def run(args: argparse.Namespace, params: dict[str, Any]) -> Result:
 def main(argv: list[str] | None = None) -> None:
     """Under NNI, a trial whose own options are wrong still reports (UNKNOWN_ERROR with the
     message): NNI 3.0 relays results reliably, not trial ends (microsoft/nni#5726)."""
+    # NNI stops a trial with SIGINT first; a trial started from a background shell inherits
+    # SIGINT ignored, and would then keep its worker timing a kernel until the SIGKILL.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         args = parse(argv)
     except BadArguments as e:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..workloads import Workload
-from .base import Infeasible, Template
+from .base import Infeasible, NotInSpace, Template
 from .conv2d import Conv2dTemplate
 from .gemm import GemmTemplate
 
@@ -16,4 +16,4 @@ def for_workload(workload: Workload) -> Template:
     raise ValueError(f"no template for operator family {workload.family!r}")
 
 
-__all__ = ["Infeasible", "Template", "for_workload"]
+__all__ = ["Infeasible", "NotInSpace", "Template", "for_workload"]

@@ -22,6 +22,13 @@ class Infeasible(ValueError):
     """The configuration cannot instantiate the template (status INSTANTIATION_ERROR)."""
 
 
+class NotInSpace(Infeasible):
+    """The parameters are not of this workload's search space at all (a missing knob, a factor
+    of another extent): a trial reports it like any infeasible configuration, but a tuner-side
+    constraint treats it as the experiment's mistake, since its search space and its
+    ``constraint_args`` then name different workloads or targets."""
+
+
 class Template(ABC):
     families: tuple[str, ...]
 
@@ -56,9 +63,9 @@ def factors(params: dict[str, Any], name: str, total: int, parts: int) -> list[i
     value = params.get(name)
     if (not isinstance(value, list) or len(value) != parts
             or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
-        raise Infeasible(f"parameter '{name}' must be a list of {parts} positive ints, got {value!r}")
+        raise NotInSpace(f"parameter '{name}' must be a list of {parts} positive ints, got {value!r}")
     if math.prod(value) != total:
-        raise Infeasible(f"parameter '{name}' = {value} must multiply to {total}, not {math.prod(value)}")
+        raise NotInSpace(f"parameter '{name}' = {value} must multiply to {total}, not {math.prod(value)}")
     return value
 
 
@@ -66,14 +73,14 @@ def order(params: dict[str, Any], name: str, items: list[str]) -> list[str]:
     """``params[name]`` as a permutation of ``items``."""
     value = params.get(name)
     if not isinstance(value, list) or sorted(map(str, value)) != sorted(items) or len(value) != len(items):
-        raise Infeasible(f"parameter '{name}' must be a permutation of {items}, got {value!r}")
+        raise NotInSpace(f"parameter '{name}' must be a permutation of {items}, got {value!r}")
     return [str(v) for v in value]
 
 
 def one_of(params: dict[str, Any], name: str, allowed: tuple[int, ...]) -> int:
     value = params.get(name)
     if value not in allowed or isinstance(value, bool):
-        raise Infeasible(f"parameter '{name}' must be one of {list(allowed)}, got {value!r}")
+        raise NotInSpace(f"parameter '{name}' must be one of {list(allowed)}, got {value!r}")
     return int(value)
 
 
