@@ -60,8 +60,9 @@ def machine(args: argparse.Namespace) -> dict[str, str]:
     except (OSError, StopIteration):
         pass
     if args.objective == "live":
-        target = targets.resolve(args.target)
-        info["target"] = json.dumps(target.to_json())
+        from trial_code import kernel  # loads TVM: the CPU LLVM builds for, as the trials' workers name it
+
+        info["target"] = json.dumps(kernel.for_host(targets.resolve(args.target)).to_json())
     return info
 
 

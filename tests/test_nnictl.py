@@ -158,7 +158,9 @@ def quickstart(tmp_path_factory) -> tuple[Path, dict]:
 def test_cpu_quickstart_experiment_measures_real_kernels(quickstart):
     _, results = quickstart
     trials = len(results)
-    assert all(set(r) == {"default", "latency_ms", "status", "build_s", "error"} for r in results.values())
+    assert all(set(r) == {"default", "latency_ms", "status", "build_s", "error", "arch"} for r in results.values())
+    built = {r["arch"] for r in results.values() if r["status"] == "NO_ERROR"}
+    assert len(built) == 1 and "" not in built, "every kernel built for this machine's CPU, named"
     feasible = [r for r in results.values() if r["status"] != "INSTANTIATION_ERROR"]
     measured = [r for r in feasible if r["default"] > 0 and r["status"] == "NO_ERROR"]
     assert len(feasible) >= trials // 2
@@ -180,6 +182,7 @@ def test_export_rebuilds_and_remeasures_the_best_of_a_stopped_experiment(quickst
     assert best["reported"]["default"] in top3
     assert best["remeasured"]["repeats"] == 3 and best["remeasured"]["tflops"] > 0
     assert best["workload"]["name"] == "MM_small" and best["target"]["kind"] == "llvm"
+    assert best["target"]["mcpu"] == best["reported"]["arch"] != "", "the winner names the CPU it was built for"
     assert "define" in (out / "best.ll").read_text(), "LLVM IR of the kernel"
     rows = [line for line in (out / "top_k.md").read_text().splitlines()[2:] if line]
     assert len(rows) == 3 and len(list((out / "kernels").iterdir())) == 3

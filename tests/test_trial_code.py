@@ -110,8 +110,22 @@ def test_cpu_trial_reports_tflops(workload):
     assert result.status is Status.NO_ERROR, result.error
     assert result.tflops > 0 and result.latency_ms > 0 and result.build_s > 0
     report = result.report()
-    assert set(report) == {"default", "latency_ms", "status", "build_s", "error"}
+    assert set(report) == {"default", "latency_ms", "status", "build_s", "error", "arch"}
     assert json.loads(json.dumps(report)) == report
+
+
+def test_cpu_kernels_are_built_for_the_host_cpu(tmp_path):
+    """The target names the machine's CPU (LLVM's name for it), so LLVM may use its vector
+    units; the result says which CPU the kernel was built for."""
+    import tvm
+
+    host = str(tvm.target.codegen.llvm_get_system_cpu())
+    workload = SMALL[0]
+    source = tmp_path / "kernel.ll"
+    result = evaluate(workload, feasible(workload, CPU, seed=3), CPU, Limits(min_repeat_ms=5), source_path=str(source))
+    assert result.status is Status.NO_ERROR, result.error
+    assert result.arch == host and result.report()["arch"] == host
+    assert f'"target-cpu"="{host}"' in source.read_text()
 
 
 # ------------------------------------------------------------------ failure statuses

@@ -37,11 +37,14 @@ class Result:
     error: str = ""
     total_s: float = 0.0
     repeats_ms: tuple[float, ...] = ()
+    arch: str = ""
+    """What the kernel was built for (CUDA arch or LLVM CPU name): a kernel tuned for one CPU or
+    GPU is not the best, or not valid, on another; empty when nothing was built."""
 
     def report(self) -> dict[str, Any]:
         """The dict for ``nni.report_final_result``: 'default' is TFLOPS, 0.0 on any failure."""
         return {"default": self.tflops, "latency_ms": self.latency_ms, "status": self.status.name,
-                "build_s": self.build_s, "error": self.error}
+                "build_s": self.build_s, "error": self.error, "arch": self.arch}
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,14 @@ def _evaluate(workload: Workload, params: dict[str, Any], target: Target, limits
         tail = stderr.read()[-1500:].strip()
     built = next((e for e in events if e["event"] == "built"), None)
     build_s = built["build_s"] if built else None
+    result = _verdict(workload, limits, events, returncode, timed_out, build_s, tail)
+    result.arch = built["arch"] if built else ""
+    return result
+
+
+def _verdict(workload: Workload, limits: Limits, events: list[dict[str, Any]], returncode: int, timed_out: bool,
+             build_s: float | None, tail: str) -> Result:
+    """The Result the worker's events, exit and time limits amount to."""
     phases = {e["event"] for e in events}
     if timed_out:
         if "measuring" in phases:
@@ -99,7 +110,8 @@ def _evaluate(workload: Workload, params: dict[str, Any], target: Target, limits
         if last["latency_s"] is None:  # build only
             return Result(Status.NO_ERROR, build_s=build_s)
         latency = last["latency_s"]
-        return Result(Status.NO_ERROR, tflops=template.flops(workload) / latency / 1e12, latency_ms=latency * 1e3,
+        return Result(Status.NO_ERROR, tflops=for_workload(workload).flops(workload) / latency / 1e12,
+                      latency_ms=latency * 1e3,
                       build_s=build_s, repeats_ms=tuple(r * 1e3 for r in last["repeats_s"]))
     # The worker died without a verdict: a crash inside TVM, the compiler or the kernel.
     how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"

@@ -28,7 +28,7 @@ import shlex
 import shutil
 import statistics
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import targets
@@ -79,6 +79,15 @@ def remeasure(trials: list[Trial], workload: Workload, target: Target, limits: L
               f"now {result.status.name} {result.tflops:.4f} TFLOPS{spread}", flush=True)
         out.append((trial, result, source))
     return out
+
+
+def warn_if_tuned_elsewhere(rows: list[tuple[Trial, Result, str]], built_for: str) -> None:
+    """A ranking measured on one CPU or GPU need not hold on another: say so when the trials
+    report another arch than the one this machine builds for."""
+    tuned_for = {t.result.get("arch") for t, _, _ in rows if isinstance(t.result, dict) and t.result.get("arch")}
+    if built_for and tuned_for and tuned_for != {built_for}:
+        print(f"warning: the trials were tuned for {', '.join(sorted(tuned_for))}, this machine builds for "
+              f"{built_for}: their ranking may not hold here", flush=True)
 
 
 def best_of(rows: list[tuple[Trial, Result, str]], measured: bool) -> tuple[Trial, Result, str]:
@@ -142,6 +151,9 @@ def export(folder: str, options: Options, out: str | None = None) -> Best:
     limits = Limits(trial_args.build_timeout, trial_args.run_timeout, options.repeat, options.min_repeat_ms)
     rows = remeasure(succeeded[:options.top_k], workload, target, limits, measured, os.path.join(out, "kernels"))
     trial, result, source = best_of(rows, measured)
+    warn_if_tuned_elsewhere(rows, result.arch)
+    if target.kind == "llvm":  # the CPU the worker built for, which the kernel is only valid on
+        target = replace(target, mcpu=result.arch)
     best_source = os.path.join(out, "best" + os.path.splitext(source)[1])
     shutil.copyfile(source, best_source)
     ranking = [{"parameter_id": t.parameter_id, "reported_tflops": t.value,

@@ -5,6 +5,7 @@ the best configuration, and the CUDA compile-to-cubin check used where no GPU is
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import tvm
@@ -13,6 +14,13 @@ from tvm import s_tir, te
 from .targets import Target
 from .templates import for_workload
 from .workloads import Workload
+
+
+def for_host(target: Target) -> Target:
+    """The target with the CPU named when it is left to the machine (``Target.mcpu``)."""
+    if target.kind == "llvm" and not target.mcpu:
+        return dataclasses.replace(target, mcpu=str(tvm.target.codegen.llvm_get_system_cpu()))
+    return target
 
 
 def scheduled(workload: Workload, params: dict[str, Any], target: Target) -> Any:

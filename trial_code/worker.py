@@ -53,7 +53,7 @@ def run(job: dict[str, Any]) -> None:
     from .workloads import Workload
 
     workload = Workload.from_json(job["workload"])
-    target = Target.from_json(job["target"])
+    target = kernel.for_host(Target.from_json(job["target"]))
     params = job["params"]
     try:
         module = kernel.scheduled(workload, params, target)
@@ -67,7 +67,7 @@ def run(job: dict[str, Any]) -> None:
     except Exception as exc:
         device_side = any(marker in str(exc) for marker in DEVICE_COMPILE_MARKERS)
         return fail("COMPILE_DEVICE" if device_side else "COMPILE_HOST", exc)
-    emit("built", build_s=time.perf_counter() - start)
+    emit("built", build_s=time.perf_counter() - start, arch=target.arch_name)
     if job.get("source_path"):
         with open(job["source_path"], "w") as handle:
             handle.write(kernel.source(executable, target))
