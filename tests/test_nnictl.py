@@ -183,6 +183,7 @@ def test_export_rebuilds_and_remeasures_the_best_of_a_stopped_experiment(quickst
     assert best["remeasured"]["repeats"] == 3 and best["remeasured"]["tflops"] > 0
     assert best["workload"]["name"] == "MM_small" and best["target"]["kind"] == "llvm"
     assert best["target"]["mcpu"] == best["reported"]["arch"] != "", "the winner names the CPU it was built for"
+    assert best["anchor"]["library"].startswith("NumPy") and best["anchor"]["tflops"] > 0, "timed in the same run"
     assert "define" in (out / "best.ll").read_text(), "LLVM IR of the kernel"
     rows = [line for line in (out / "top_k.md").read_text().splitlines()[2:] if line]
     assert len(rows) == 3 and len(list((out / "kernels").iterdir())) == 3

@@ -114,6 +114,21 @@ def test_cpu_trial_reports_tflops(workload):
     assert json.loads(json.dumps(report)) == report
 
 
+def test_the_vendor_library_anchors_cpu_matmuls_only():
+    """NumPy's BLAS on the same shapes and layouts (BatchMatMul and a transposed layout
+    included), timed like a kernel; no CPU anchor for Conv2D, none for a GPU target here."""
+    from trial_code import anchor
+
+    for name in ("MM_small", "BMM_small"):
+        found = anchor.measure(workloads.lookup(name), CPU, repeat=3, min_repeat_ms=5)
+        assert found is not None and found.library.startswith("NumPy") and found.tflops > 0 and found.repeats == 3
+        assert "x NumPy" in found.versus(found.tflops / 2) and found.versus(found.tflops).startswith("1.00x")
+    transposed = workloads.make("batch_matmul", name="TN64", batch=2, n=64, m=32, k=16, layout="TN")
+    assert anchor.measure(transposed, CPU, repeat=1, min_repeat_ms=1).tflops > 0
+    assert anchor.measure(workloads.lookup("C_small"), CPU) is None
+    assert anchor.measure(workloads.lookup("MM_small"), targets.cuda()) is None
+
+
 def test_cpu_kernels_are_built_for_the_host_cpu(tmp_path):
     """The target names the machine's CPU (LLVM's name for it), so LLVM may use its vector
     units; the result says which CPU the kernel was built for."""

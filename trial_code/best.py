@@ -13,6 +13,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .anchor import Anchor
+
 SCHEMA = "nni-opevo/best/1"
 
 
@@ -36,6 +38,9 @@ class Best:
     """The file (next to best.json) holding the kernel's generated source."""
     ranking: list[dict[str, Any]]
     """Every configuration considered: parameter id, reported and re-measured TFLOPS, status."""
+    anchor: dict[str, Any] | None = None
+    """The vendor library on the same workload, timed in the same run (``anchor.Anchor``), or
+    null where there is none (Conv2D on the CPU, a GPU experiment read where no GPU is visible)."""
 
     @property
     def tflops(self) -> float:
@@ -49,8 +54,9 @@ class Best:
         """One line for the terminal: the winner's speed and how trustworthy it is."""
         if self.remeasured is not None:
             r = self.remeasured
+            versus = f"; {Anchor(**self.anchor).versus(r['tflops'])}" if self.anchor else ""
             return (f"best: {r['tflops']:.4f} TFLOPS ({r['tflops'] * 1e3:.1f} GFLOPS), {r['latency_ms_median']:.4f} ms, "
-                    f"re-measured over {r['repeats']} repeats (parameter {self.parameter_id})")
+                    f"re-measured over {r['repeats']} repeats (parameter {self.parameter_id}){versus}")
         return f"best: {self.tflops:.4f} TFLOPS as reported, not re-measured ({self.not_remeasured}) " \
                f"(parameter {self.parameter_id})"
 

@@ -11,7 +11,8 @@ noise), one at a time. Written to ``--out`` (default ``<experiment folder>/expor
 
 - ``best.json``: the winner after re-measurement (``best``'s schema, shared with the launcher),
   with its parameters, the trial's result, the re-measured median/min/max, the workload, target,
-  trial command and the whole ranking;
+  trial command, the whole ranking, and the vendor library timed on the same workload in the
+  same run (``anchor``: NumPy's BLAS for CPU MatMul and BatchMatMul);
 - ``best.cu`` (CUDA) or ``best.ll`` (CPU, LLVM IR): the winner's generated kernel source;
 - ``kernels/p<parameter id>.<ext>``: the source of every re-measured configuration;
 - ``top_k.md``: the table of reported against re-measured TFLOPS.
@@ -31,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import targets
+from . import anchor, targets
 from . import trial as trial_cli
 from .best import Best
 from .cli import workload_from
@@ -154,6 +155,7 @@ def export(folder: str, options: Options, out: str | None = None) -> Best:
     warn_if_tuned_elsewhere(rows, result.arch)
     if target.kind == "llvm":  # the CPU the worker built for, which the kernel is only valid on
         target = replace(target, mcpu=result.arch)
+    vendor = anchor.measure(workload, target, options.repeat, options.min_repeat_ms) if measured else None
     best_source = os.path.join(out, "best" + os.path.splitext(source)[1])
     shutil.copyfile(source, best_source)
     ranking = [{"parameter_id": t.parameter_id, "reported_tflops": t.value,
@@ -162,7 +164,8 @@ def export(folder: str, options: Options, out: str | None = None) -> Best:
                 workload=workload.to_json(), target=target.to_json(), parameter_id=trial.parameter_id,
                 parameters=trial.parameters, reported=trial.result, remeasured=summary(result),
                 not_remeasured=None if measured else "no CUDA device is visible here",
-                source=os.path.basename(best_source), ranking=ranking)
+                source=os.path.basename(best_source), ranking=ranking,
+                anchor=vendor.to_json() if vendor else None)
     best.write(out)
     with open(os.path.join(out, "top_k.md"), "w") as handle:
         handle.write(table(rows, out))
