@@ -28,7 +28,12 @@ class Experiment:
         self.workdir = workdir
         self.port = free_port()
         self.client = ExperimentClient(self.port)
-        self.env = {**os.environ, **(env or {})}
+        # A HOME of the test's own: nnictl keeps its registry of experiments in ~/nni-experiments
+        # behind a lock that is not atomic, so experiments created at once by parallel test
+        # workers could overwrite each other's entries; and the tests stay out of the real home.
+        home = workdir / "home"
+        home.mkdir(exist_ok=True)
+        self.env = {**os.environ, "HOME": str(home), **(env or {})}
         config = {"experimentWorkingDirectory": str(workdir / "nni"), **config}
         self.config_path = workdir / "config.yml"
         self.config_path.write_text(yaml.safe_dump(config))

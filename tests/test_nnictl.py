@@ -154,7 +154,6 @@ def quickstart(tmp_path_factory) -> tuple[Path, dict]:
     return workdir / "nni" / exp.id, results
 
 
-@pytest.mark.xdist_group("quickstart")  # one quickstart run for both (tests/run.sh runs pytest-xdist)
 def test_cpu_quickstart_experiment_measures_real_kernels(quickstart):
     _, results = quickstart
     trials = len(results)
@@ -167,7 +166,6 @@ def test_cpu_quickstart_experiment_measures_real_kernels(quickstart):
     assert len(measured) >= 0.9 * len(feasible), [r for r in feasible if r not in measured]
 
 
-@pytest.mark.xdist_group("quickstart")
 def test_export_rebuilds_and_remeasures_the_best_of_a_stopped_experiment(quickstart, tmp_path):
     """``trial_code.export`` reads the stopped experiment's own database (NNI is not running),
     re-measures the top-k with more repeats and writes the winner with its LLVM source."""

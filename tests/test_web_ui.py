@@ -17,8 +17,7 @@ import pytest
 import yaml
 from nni_experiment import Experiment
 
-# One experiment and one browser for both tests: keep them on one xdist worker (tests/run.sh).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("web_ui")]
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Chromium on a machine with no network: no background connections, no sandbox as root.
