@@ -1,6 +1,6 @@
 """nni-opevo: the OpEvo tuner and its peers for NNI, with TVM trial code for tensor operators.
 
-Packages: ``nni_opevo`` (the tuners and the search space; nni, numpy, scipy only), ``trial_code``
+Packages: ``nni_opevo`` (the tuners and the search space; nni, numpy, scipy and threadpoolctl only), ``trial_code``
 (the NNI trial: TVM kernels, experiments, export; the ``tvm`` extra) and ``benchmarks`` (the
 harness comparing tuners). Tool settings (pytest, ruff) live in pyproject.toml.
 """
@@ -16,7 +16,8 @@ setup(
     packages=find_packages(include=["nni_opevo", "nni_opevo.*", "trial_code", "trial_code.*",
                                     "benchmarks", "benchmarks.*"]),
     package_data={"nni_opevo": ["registration.yml"]},
-    install_requires=["nni==3.0", "numpy", "scipy", "setuptools<82"],
+    # threadpoolctl comes with nni 3.0 (through scikit-learn); named because the surrogate calls it.
+    install_requires=["nni==3.0", "numpy", "scipy", "threadpoolctl", "setuptools<82"],
     entry_points={"console_scripts": ["nni-opevo = trial_code.console:main"]},
     extras_require={
         # The AutoTVM peer's cost model; the CPU-only wheel (5 MB) is enough, and a plain

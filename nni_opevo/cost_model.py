@@ -58,7 +58,7 @@ class XGBoostCostModel:
         return self._booster is not None
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> None:
-        train = self.xgb.DMatrix(x, y)
+        train = self.xgb.DMatrix(x, y, nthread=1)
 
         def recall(predicted: np.ndarray, data: Any) -> tuple[str, float]:
             return f"a-recall@{self.plan_size}", average_recall(predicted, data.get_label(), self.plan_size)
@@ -71,4 +71,6 @@ class XGBoostCostModel:
     def predict(self, x: np.ndarray) -> np.ndarray:
         assert self._booster is not None
         best = self._booster.best_iteration
-        return self._booster.predict(self.xgb.DMatrix(x), iteration_range=(0, best + 1))
+        # One thread, for the matrices as for the booster: the tuner shares the cores with the
+        # trials, and XGBoost's thread pool spinning on busy cores costs more than it saves.
+        return self._booster.predict(self.xgb.DMatrix(x, nthread=1), iteration_range=(0, best + 1))
