@@ -1,9 +1,12 @@
 """Measurements on one device take turns across trial processes; a killed holder frees the device."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from trial_code.device_lock import exclusive
@@ -25,9 +28,20 @@ def _holder(device: str, seconds: float, env: dict) -> subprocess.Popen:
                             stdout=subprocess.PIPE, text=True)
 
 
+@contextmanager
+def held(device: str, seconds: float) -> Iterator[None]:
+    """Another process holds ``device``'s lock (for at most ``seconds``) inside the block."""
+    holder = _holder(device, seconds, dict(os.environ))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_same_device_measurements_never_overlap(tmp_path, monkeypatch):
     monkeypatch.setenv("NNI_OPEVO_LOCK_DIR", str(tmp_path))
-    import os
     procs = [_holder("cuda-0", 0.5, dict(os.environ)) for _ in range(3)]
     spans = []
     for proc in procs:
@@ -40,21 +54,14 @@ def test_same_device_measurements_never_overlap(tmp_path, monkeypatch):
 
 def test_other_devices_are_not_blocked(tmp_path, monkeypatch):
     monkeypatch.setenv("NNI_OPEVO_LOCK_DIR", str(tmp_path))
-    import os
-    holder = _holder("cuda-0", 30, dict(os.environ))
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with held("cuda-0", 30):
         start = time.perf_counter()
         with exclusive("cuda-1"):
             assert time.perf_counter() - start < 1
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_a_killed_holder_releases_the_device(tmp_path, monkeypatch):
     monkeypatch.setenv("NNI_OPEVO_LOCK_DIR", str(tmp_path))
-    import os
     holder = _holder("cpu", 300, dict(os.environ))
     assert holder.stdout.readline().strip() == "held"
     holder.kill()
@@ -70,22 +77,15 @@ def test_waiting_for_a_held_device_is_bounded(tmp_path, monkeypatch):
     from trial_code.device_lock import DeviceBusy
 
     monkeypatch.setenv("NNI_OPEVO_LOCK_DIR", str(tmp_path))
-    import os
-    holder = _holder("cpu", 60, dict(os.environ))
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with held("cpu", 60):
         start = time.perf_counter()
         with pytest.raises(DeviceBusy, match="device cpu stayed busy .* for 0.5 s"):
             with exclusive("cpu", timeout=0.5):
                 pass
         assert 0.5 <= time.perf_counter() - start < 3
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_the_default_lock_folder_is_the_users_own(tmp_path, monkeypatch):
-    import os
     import stat
 
     from trial_code.device_lock import lock_folder
@@ -102,8 +102,6 @@ def test_the_default_lock_folder_is_the_users_own(tmp_path, monkeypatch):
 
 
 def test_a_planted_link_or_someone_elses_folder_is_refused(tmp_path, monkeypatch):
-    import os
-
     import pytest
 
     from trial_code.device_lock import UnsafeLockFolder
