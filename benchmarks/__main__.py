@@ -31,7 +31,7 @@ from pathlib import Path
 from trial_code import targets
 from trial_code.evaluate import Limits
 
-from . import catalog, kernel_tuner_strategies, report
+from . import catalog, kernel_tuner_strategies, metaschedule, report
 from .objectives import SYNTHETIC, Cache, Live, Objective, Recorded, Synthetic
 from .runner import Plan, run
 
@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tuners", nargs="+", default=["opevo", "gbfs", "na2c", "autotvm", "nose", "tpe"],
                         help=f"catalog names, optionally with overrides (name:key=value,...): {', '.join(catalog.CATALOG)}; "
                              f"with --objective cache also Kernel Tuner's strategies as kt:NAME "
-                             f"({', '.join(kernel_tuner_strategies.STRATEGIES)}; pip install '.[kerneltuner]')")
+                             f"({', '.join(kernel_tuner_strategies.STRATEGIES)}; pip install '.[kerneltuner]'); "
+                             f"with --objective live also TVM MetaSchedule as {metaschedule.NAME}[:num_trials_per_iter=N]")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per tuner and workload")
     parser.add_argument("--budget", type=int, default=64, help="trials per run")
     parser.add_argument("--concurrency", type=int, default=2, help="trials at a time (NNI's trialConcurrency)")
@@ -103,6 +104,13 @@ def main(argv: list[str] | None = None) -> None:
                 if args.objective != "cache":
                     raise SystemExit(f"{spec}: Kernel Tuner's strategies run on --objective cache only")
                 kernel_tuner_strategies.check(spec)
+            elif metaschedule.is_peer(spec):
+                if args.objective != "live":
+                    raise SystemExit(f"{spec}: MetaSchedule tunes live kernels only (--objective live)")
+                try:
+                    metaschedule.options(spec)
+                except ValueError as e:
+                    raise SystemExit(str(e)) from None
             else:
                 catalog.class_args(spec)
         plan = Plan(objectives(args), args.tuners, list(range(args.seeds)), args.budget, args.concurrency)

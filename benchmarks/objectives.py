@@ -69,12 +69,12 @@ class Live(Objective):
     live = True
 
     def __init__(self, workload: str, target: Target, limits: Limits) -> None:
-        self._workload = lookup(workload)
-        self._target, self._limits = target, limits
-        super().__init__(workload, target.kind, for_workload(self._workload).space(self._workload, target.kind))
+        self.operator = lookup(workload)
+        self.device, self.limits = target, limits
+        super().__init__(workload, target.kind, for_workload(self.operator).space(self.operator, target.kind))
 
     def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
-        result = evaluate(self._workload, params, self._target, self._limits)
+        result = evaluate(self.operator, params, self.device, self.limits)
         return {**result.report(), "seconds": result.total_s}
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import catalog, kernel_tuner_strategies
+from . import catalog, kernel_tuner_strategies, metaschedule
 from .objectives import UNRECORDED
 from .table import read_rows
 
@@ -171,12 +171,12 @@ def summary_table(runs: Runs) -> str:
             rows = [r for rs in seeds.values() for r in rs]
             failed = np.mean([r["status"] not in ("NO_ERROR", UNRECORDED) for r in rows])
             unrecorded = np.mean([r["status"] == UNRECORDED for r in rows])
-            tuner_ms = np.mean([float(r["tuner_ms"]) for r in rows])
+            tuner_ms = np.mean([float(r["tuner_ms"]) for r in rows])  # NaN where not told apart (MetaSchedule)
             cell = f"{np.mean(finals):.4g} ± {sample_std(finals):.2g}"
             if means[tuner] == top:
                 cell = f"**{cell}**"
             lines.append(f"| {workload} | {tuner} | {len(seeds)} | {min(len(r) for r in seeds.values())} | {cell} |"
-                         f" {failed:.0%} | {unrecorded:.0%} | {tuner_ms:.2f} |")
+                         f" {failed:.0%} | {unrecorded:.0%} | {'n/a' if np.isnan(tuner_ms) else f'{tuner_ms:.2f}'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -184,7 +184,8 @@ def sweeps(runs: Runs) -> dict[tuple[str, str], list[tuple[float, str]]]:
     """(base tuner, classArg) -> [(value, spec)] for specs overriding exactly that one classArg
     (and the plain base spec, at its catalog value)."""
     found: dict[tuple[str, str], list[tuple[float, str]]] = defaultdict(list)
-    specs = {t for tuners in runs.values() for t in tuners if not kernel_tuner_strategies.is_strategy(t)}
+    specs = {t for tuners in runs.values() for t in tuners
+             if not kernel_tuner_strategies.is_strategy(t) and not metaschedule.is_peer(t)}
     for spec in specs:
         base, overrides = catalog.parse(spec)
         if len(overrides) == 1:

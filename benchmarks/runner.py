@@ -8,7 +8,9 @@ NNI tuners (catalog names) are driven through NNI's calls (``dispatch``) and get
 objective's constraint as classArgs. Kernel Tuner's strategies (``kt:<name>``, on a cache
 objective) run in Kernel Tuner itself (``kernel_tuner_strategies``), one evaluation at a time
 on the simulated clock; an interrupted one is run again with its seed (Kernel Tuner cannot be
-resumed) and only the rows past those in the CSV are written.
+resumed) and only the rows past those in the CSV are written. TVM MetaSchedule
+(``metaschedule``, on a live objective) tunes in TVM itself on the real clock; its rows are
+written when its run ends (it cannot be resumed either, and a rerun measures anew).
 """
 from __future__ import annotations
 
@@ -21,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import catalog, kernel_tuner_strategies
+from . import catalog, kernel_tuner_strategies, metaschedule
 from .dispatch import Trial, drive
-from .objectives import Cache, Objective, config_key
+from .objectives import Cache, Live, Objective, config_key
 from .table import read_rows
 
 COLUMNS = ["objective", "workload", "target", "tuner", "seed", "index", "parameter_id", "started_s", "finished_s",
@@ -115,6 +117,9 @@ def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: lis
     if kernel_tuner_strategies.is_strategy(tuner_spec):
         _one_kernel_tuner(plan, objective, tuner_spec, seed, done, writer, handle, bar, label)
         return
+    if metaschedule.is_peer(tuner_spec):
+        _one_metaschedule(plan, objective, tuner_spec, seed, writer, handle, bar, label)
+        return
     tuner = catalog.build(tuner_spec, seed, extra=objective.constraint)
     history = [{"parameter": json.loads(r["configuration"]), "value": float(r["tflops"])} for r in rows]
     offset = max((float(r["finished_s"]) for r in rows), default=0.0)
@@ -170,3 +175,25 @@ def _one_kernel_tuner(plan: Plan, objective: Objective, spec: str, seed: int, do
     handle.flush()
     stopped = " (the strategy stopped early)" if len(evaluations) < plan.budget else ""
     bar.finished(label + stopped, len(evaluations), best, started)
+
+
+def _one_metaschedule(plan: Plan, objective: Objective, spec: str, seed: int, writer: csv.DictWriter,
+                      handle: TextIO, bar: Progress, label: str) -> None:
+    if not isinstance(objective, Live):
+        raise ValueError(f"{spec}: MetaSchedule tunes live kernels only, not {objective.kind}")
+    started = time.time()
+    measured = metaschedule.run(objective.operator, objective.device, objective.limits, spec, seed, plan.budget)
+    previous = batch_start = 0.0  # a candidate's result is known when its batch is measured
+    for index, m in enumerate(measured):
+        if m.finished_s != previous:
+            batch_start = previous
+        writer.writerow({
+            "objective": objective.kind, "workload": objective.workload, "target": objective.target,
+            "tuner": spec, "seed": seed, "index": index, "parameter_id": index, "started_s": f"{batch_start:.3f}",
+            "finished_s": f"{m.finished_s:.3f}", "tuner_ms": "nan", "tflops": m.tflops, "status": m.status,
+            "seconds": f"{m.finished_s - batch_start:.3f}", "configuration": json.dumps({"metaschedule": m.configuration}),
+        })
+        previous = m.finished_s
+    handle.flush()
+    best = max((m.tflops for m in measured), default=0.0)
+    bar.finished(label, len(measured), best, started)

@@ -6,12 +6,18 @@ the best configuration, and the CUDA compile-to-cubin check used where no GPU is
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
-import tvm
-from tvm import s_tir, te
+from .targets import Target, cpu_threads
 
-from .targets import Target
+# Before TVM's runtime starts its CPU thread pool (see ``targets.cpu_threads``); a user's own
+# TVM_NUM_THREADS is kept.
+os.environ.setdefault("TVM_NUM_THREADS", str(cpu_threads()))
+
+import tvm  # noqa: E402
+from tvm import s_tir, te  # noqa: E402
+
 from .templates import for_workload
 from .workloads import Workload
 

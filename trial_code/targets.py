@@ -19,6 +19,8 @@ MAX_GRID_DIM_YZ = 65535
 MAX_VTHREADS = 64
 # A vectorized CPU loop longer than this is unrolled into huge code for no gain.
 MAX_CPU_VECTOR = 64
+# Likewise for an unrolled register-tile loop: its body is repeated this many times in the code.
+MAX_CPU_UNROLL = 64
 
 # What an H100 reports, for compiling CUDA where no GPU is visible (CI, nvcc-only machines).
 H100 = {"arch": "sm_90a", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152}
@@ -40,7 +42,7 @@ class Target:
     def tvm_target(self) -> dict[str, Any]:
         """The target as the dict ``tvm.target.Target`` takes (option strings are rejected in 0.27)."""
         if self.kind == "llvm":
-            return {"kind": "llvm", "num-cores": os.cpu_count() or 1, **({"mcpu": self.mcpu} if self.mcpu else {})}
+            return {"kind": "llvm", "num-cores": cpu_threads(), **({"mcpu": self.mcpu} if self.mcpu else {})}
         return {"kind": "cuda", "arch": self.arch, "max_threads_per_block": self.max_threads_per_block,
                 "max_num_threads": self.max_threads_per_block,
                 "max_shared_memory_per_block": self.max_shared_memory_per_block, "thread_warp_size": 32}
@@ -56,6 +58,19 @@ class Target:
     @staticmethod
     def from_json(data: dict[str, Any]) -> Target:
         return Target(**data)
+
+
+def cpu_threads() -> int:
+    """The cores this process may run on (its affinity, as NNI, taskset or a container set it).
+
+    TVM's CPU runtime starts half of ``hardware_concurrency`` threads unless ``TVM_NUM_THREADS``
+    says otherwise, on the guess that x86 cores are hyper-threaded: on a machine whose cores are
+    not (cloud vCPUs, a 2-core VM), every parallel kernel ran on half the cores. ``kernel``
+    sets ``TVM_NUM_THREADS`` from this before TVM starts its threads, where the user has not."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def cpu() -> Target:

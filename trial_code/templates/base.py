@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..targets import MAX_BLOCK_DIM_Z, MAX_CPU_VECTOR, MAX_GRID_DIM_YZ, MAX_VTHREADS, Target
+from ..targets import MAX_BLOCK_DIM_Z, MAX_CPU_UNROLL, MAX_CPU_VECTOR, MAX_GRID_DIM_YZ, MAX_VTHREADS, Target
 from ..workloads import Workload
 
 
@@ -103,6 +103,10 @@ def check_gpu_launch(target: Target, threads: list[int], vthreads: int, shared_b
 
 def check_cpu_vector(name: str, lanes: int) -> None:
     limit(f"vector length (last of '{name}')", lanes, MAX_CPU_VECTOR)
+
+
+def check_cpu_unroll(name: str, extent: int) -> None:
+    limit(f"unrolled register-tile extent (last of '{name}')", extent, MAX_CPU_UNROLL)
 
 
 def cooperative_fetch(sch: Any, block: Any, anchor: Any, threads: list[tuple[int, str]]) -> None:

@@ -4,8 +4,13 @@ CUDA follows TVM's classic dense template (OpEvo paper, appendix B.1-B.2): N and
 (blocks, virtual threads, threads, per-thread tile), K in 3 (shared-memory stage, register
 stage, inner), the batch in 2 (blocks, per-thread batches). ``inner_order`` permutes the
 per-thread loops (k inner, n tile, m tile), which changes the register-level code.
-The CPU variant tiles N and M in 3 (parallel, cache block, register tile with M vectorized),
-K in 2, with ``block_order`` permuting the cache-block loops.
+The CPU variant tiles N and M in 3 (parallel, cache block, register tile) and K in 2, with
+``block_order`` permuting the cache-block loops. The register tile is the micro-kernel of the
+fast CPU GEMMs: its N rows unrolled, its M columns vectorized, accumulated in a buffer of its own
+that the K loops below it never leave, so LLVM keeps it in vector registers and stores C once.
+That buffer sits at the innermost cache-block loop above the first K loop: with ``block_order``
+n, m, k it is one register tile; with k first it is the whole parallel block, re-read from L1
+between K steps (the BLIS way).
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import numpy as np
 
 from ..targets import Target
 from ..workloads import Workload
-from .base import Template, check_cpu_vector, check_gpu_launch, cooperative_fetch, factors, order
+from .base import Template, check_cpu_unroll, check_cpu_vector, check_gpu_launch, cooperative_fetch, factors, order
 
 GPU_INNER = ["k", "n", "m"]
 CPU_BLOCK = ["k", "n", "m"]
@@ -55,10 +60,11 @@ class GemmTemplate(Template):
             shared = 4 * (n[1] * n[2] * n[3] + m[1] * m[2] * m[3]) * k[1] * k[2]
             check_gpu_launch(target, [n[2], m[2]], n[1] * m[1], shared, [n[0], b[0]])
         else:
-            factors(params, "tile_n", s["n"], 3)
+            n = factors(params, "tile_n", s["n"], 3)
             m = factors(params, "tile_m", s["m"], 3)
             factors(params, "tile_k", s["k"], 2)
             order(params, "block_order", CPU_BLOCK)
+            check_cpu_unroll("tile_n", n[2])
             check_cpu_vector("tile_m", m[2])
 
     def flops(self, workload: Workload) -> float:
@@ -128,9 +134,15 @@ class GemmTemplate(Template):
         middle = {"k": k0, "n": n1, "m": m1}
         ordered = [middle[name] for name in params["block_order"]]
         sch.reorder(*batch, n0, m0, *ordered, k1, n2, m2)
-        sch.parallel(sch.fuse(*batch, n0, m0))
+        parallel = sch.fuse(*batch, n0, m0)
+        sch.parallel(parallel)
+        above_k = ordered[:params["block_order"].index("k")]
+        accumulate = sch.cache_write(block, 0, "global")
+        sch.reverse_compute_at(accumulate, above_k[-1] if above_k else parallel)
+        sch.vectorize(sch.split(sch.get_loops(accumulate)[-1], [None, params["tile_m"][2]])[1])
+        sch.unroll(n2)
         sch.vectorize(m2)
-        sch.decompose_reduction(block, ordered[0])
+        sch.decompose_reduction(block, k0)
 
     def reference(self, workload: Workload, inputs: list[np.ndarray], index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         s = workload.shape

@@ -1,0 +1,112 @@
+"""TVM MetaSchedule as a peer on live kernels, run by TVM itself (``tvm.s_tir.meta_schedule``).
+
+MetaSchedule tunes the same TE compute (the templates' ``compute``) for the same target (the
+host CPU named, as the trials build for it) with its own search space: the design-space
+generator, evolutionary search and XGBoost cost model of ``tune_tir``, which is the point of
+the comparison. It gets the same number of measured trials (``max_trials_global`` = the
+budget), the same seed, and the same timing: ``time_evaluator`` with our trials' repeat and
+minimum repeat time, scored as the median repeat, like a trial.
+
+A measure callback records every measured candidate in order, with the wall-clock time its
+batch finished: MetaSchedule measures ``num_trials_per_iter`` candidates at a time and learns
+from a batch only when all of it is measured, so that is when each result counts. Its
+``tuner_ms`` column is empty (NaN): its search, its builds and its measurements share one
+process pool and are not told apart, so its wall-clock axis is its whole cost.
+
+Differences a reader should know: MetaSchedule does not check results (our trials verify
+every kernel against a float64 reference); and its search state lives in its process, so an
+interrupted run cannot be resumed: its rows are written when the run ends, and a run cut short
+is run again whole.
+
+Options after a colon, as JSON values: ``metaschedule:num_trials_per_iter=16`` (default 16,
+so that a budget of 64 gives its cost model four rounds; TVM's own default is 64).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from trial_code.evaluate import Limits
+from trial_code.targets import Target
+from trial_code.templates import for_workload
+from trial_code.workloads import Workload
+
+NAME = "metaschedule"
+OPTIONS = {"num_trials_per_iter": 16}
+
+
+def is_peer(spec: str) -> bool:
+    return spec.partition(":")[0] == NAME
+
+
+def options(spec: str) -> dict[str, Any]:
+    """The options of ``metaschedule[:key=value,...]``; ValueError naming an unknown or bad one."""
+    found = dict(OPTIONS)
+    for item in filter(None, spec.partition(":")[2].split(",")):
+        key, _, raw = item.partition("=")
+        if key not in OPTIONS:
+            raise ValueError(f"{spec}: unknown MetaSchedule option {key!r}; known: {', '.join(OPTIONS)}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{spec}: MetaSchedule option '{key}' must be a positive int, got {raw!r}")
+        found[key] = value
+    return found
+
+
+@dataclass(frozen=True)
+class Measured:
+    configuration: str  # a hash of the schedule's trace (its decisions): MetaSchedule's "configuration"
+    tflops: float
+    status: str
+    latency_s: float | None
+    finished_s: float  # since tuning started: when its batch was measured
+
+
+def run(workload: Workload, target: Target, limits: Limits, spec: str, seed: int, budget: int) -> list[Measured]:
+    """Tune ``workload`` with MetaSchedule for ``budget`` measured trials; every measurement in order."""
+    import tvm
+    from tvm import te
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    from trial_code import kernel  # sets the thread count that the runner processes it starts inherit
+
+    settings = options(spec)
+    flops = for_workload(workload).flops(workload)
+    measured: list[Measured] = []
+    started = time.perf_counter()
+
+    @derived_object
+    class Record(ms.measure_callback.PyMeasureCallback):
+        def apply(self, task_scheduler: Any, task_id: int, measure_candidates: list[Any], builder_results: list[Any],
+                  runner_results: list[Any]) -> None:
+            now = time.perf_counter() - started
+            for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
+                key = hashlib.sha1(str(candidate.sch.trace).encode()).hexdigest()[:16]
+                if built.error_msg:
+                    measured.append(Measured(key, 0.0, "COMPILE_HOST", None, now))
+                elif ran.error_msg or not ran.run_secs:
+                    measured.append(Measured(key, 0.0, "RUNTIME_DEVICE", None, now))
+                else:
+                    latency = statistics.median(float(s) for s in ran.run_secs)
+                    measured.append(Measured(key, flops / latency / 1e12, "NO_ERROR", latency, now))
+
+    host = kernel.for_host(target)
+    func = te.create_prim_func(for_workload(workload).compute(workload))
+    runner = ms.runner.LocalRunner(
+        timeout_sec=limits.run_timeout,
+        evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=limits.repeat, min_repeat_ms=limits.min_repeat_ms))
+    with tempfile.TemporaryDirectory(prefix="metaschedule-") as work_dir:
+        ms.tune_tir(tvm.IRModule({"main": func}), tvm.target.Target(host.tvm_target()), work_dir, budget,
+                    num_trials_per_iter=settings["num_trials_per_iter"], runner=runner,
+                    builder=ms.builder.LocalBuilder(timeout_sec=limits.build_timeout), database="memory",
+                    measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), Record()], seed=seed)
+    return measured[:budget]
