@@ -2,6 +2,7 @@
 built, run and checked against NumPy, and every failure status from a matching bad input."""
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -28,6 +29,8 @@ SMALL = [
     workloads.lookup("C_small"),
     workloads.make("conv2d", name="conv_s2", batch=2, in_channels=5, height=17, width=15, out_channels=12,
                    kernel_h=3, kernel_w=5, stride=2, padding=2),
+    workloads.make("conv2d", name="conv_p0", batch=1, in_channels=3, height=9, width=10, out_channels=4,
+                   kernel_h=3, kernel_w=2, stride=1, padding=0),
 ]
 CUDA_WORKLOADS = SMALL + [workloads.lookup(name) for name in ("MM1", "BMM2", "C1", "C2")]
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
@@ -80,6 +83,50 @@ def test_cpu_kernel_matches_numpy_on_every_output(workload):
         expected, _ = template.reference(workload, host, index)
         np.testing.assert_allclose(out.reshape(-1), expected, rtol=1e-4, atol=1e-4)
         assert _numpy_full(workload, host).reshape(-1) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("tiles", [([2, 3, 8], [2, 4, 5]), ([48, 1, 1], [4, 10, 1]), ([48, 1, 1], [40, 1, 1])],
+                         ids=["tiles", "one-column", "one-element"])
+@pytest.mark.parametrize("block_order", [list(p) for p in itertools.permutations(["k", "n", "m"])], ids="".join)
+def test_cpu_gemm_is_right_wherever_block_order_puts_its_accumulator(block_order, tiles):
+    """The register tile's accumulator sits at the innermost cache-block loop above the first
+    K loop, or at the parallel loop when K comes first: every order computes the product, down
+    to a one-element tile (whose write-back has no loop of its own to vectorize)."""
+    workload = SMALL[1]  # batch 4, n 48, k 32, m 40
+    params = {"tile_n": tiles[0], "tile_m": tiles[1], "tile_k": [4, 8], "block_order": block_order}
+    function = kernel.build(kernel.scheduled(workload, params, CPU), CPU)["main"]
+    host, args = measure.arguments(workload, measure.device_of(CPU), seed=4)
+    function(*args)
+    np.testing.assert_allclose(args[-1].numpy(), _numpy_full(workload, host), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tile_x", [[28, 1], [14, 2]], ids=["one-element", "two-columns"])
+def test_cpu_conv2d_with_a_one_element_output_tile_is_right(tile_x):
+    """C_small's tiles with f, y (and x) inner parts of 1: the accumulator's write-back then
+    has no loop of its own, and vectorizing the loop around it would vectorize the reduction
+    (this reported WRONG_ANSWER in a benchmark run before the fix)."""
+    workload = workloads.lookup("C_small")
+    params = {"auto_unroll_max_step": 0, "reduce_order": ["rc", "ry", "rx"], "tile_f": [32, 1], "tile_rc": [16, 1],
+              "tile_x": tile_x, "tile_y": [28, 1]}
+    function = kernel.build(kernel.scheduled(workload, params, CPU), CPU)["main"]
+    host, args = measure.arguments(workload, measure.device_of(CPU), seed=4)
+    function(*args)
+    np.testing.assert_allclose(args[-1].numpy(), _numpy_full(workload, host), rtol=1e-4, atol=1e-4)
+
+
+def test_cpu_kernels_run_on_every_core_the_process_may_use():
+    """TVM's runtime would start half as many threads as there are cores (it takes x86 cores to
+    be hyper-threaded); the kernel module gives it the cores this process may use, unless the
+    user chose a number."""
+    import os
+
+    code = "from trial_code import kernel; import tvm; print(tvm.get_global_func('runtime.NumThreads')())"
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    ours = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert int(ours.stdout.split()[-1]) == len(os.sched_getaffinity(0))
+    theirs = subprocess.run([sys.executable, "-c", code], env={**env, "TVM_NUM_THREADS": "1"}, cwd=ROOT,
+                            capture_output=True, text=True, check=True)
+    assert int(theirs.stdout.split()[-1]) == 1
 
 
 def _numpy_full(workload, host):

@@ -55,24 +55,27 @@ class Limits:
     min_repeat_ms: int = 50
     seed: int = 0
     lock_timeout: float = 900.0
-    """Seconds a built kernel may wait for the device's measurement lock before DEVICE_BUSY."""
+    """Seconds a trial may wait for the device's measurement lock before DEVICE_BUSY (on a GPU
+    with its kernel built; on the CPU before building, see ``worker.run``)."""
 
 
 DEFAULT_LIMITS = Limits()
-def evaluate(workload: Workload, params: dict[str, Any], target: Target, limits: Limits = DEFAULT_LIMITS,
+def evaluate(workload: Workload, params: dict[str, Any] | None, target: Target, limits: Limits = DEFAULT_LIMITS,
              build_only: bool = False, source_path: str | None = None) -> Result:
-    """``source_path``: where to write the generated kernel source (CUDA C or LLVM IR) once built."""
+    """``source_path``: where to write the generated kernel source (CUDA C or LLVM IR) once built.
+    ``params`` None evaluates TVM's default schedule (``kernel.scheduled``)."""
     start = time.perf_counter()
     result = _evaluate(workload, params, target, limits, build_only, source_path)
     result.total_s = time.perf_counter() - start
     return result
 
 
-def _evaluate(workload: Workload, params: dict[str, Any], target: Target, limits: Limits, build_only: bool,
+def _evaluate(workload: Workload, params: dict[str, Any] | None, target: Target, limits: Limits, build_only: bool,
               source_path: str | None) -> Result:
     template = for_workload(workload)
     try:
-        template.check(workload, params, target)
+        if params is not None:
+            template.check(workload, params, target)
     except Infeasible as exc:
         return Result(Status.INSTANTIATION_ERROR, error=str(exc))
     if target.kind == "cuda" and not target.has_device and not build_only:
@@ -99,7 +102,7 @@ def _verdict(workload: Workload, limits: Limits, events: list[dict[str, Any]], r
     if timed_out:
         if "measuring" in phases:
             return Result(Status.RUN_TIMEOUT, build_s=build_s, error=f"killed after the {limits.run_timeout:g} s limit")
-        if "built" in phases:
+        if "built" in phases or ("waiting" in phases and "locked" not in phases):
             return Result(Status.DEVICE_BUSY, build_s=build_s,
                           error=f"the device stayed busy for {limits.lock_timeout:g} s (and the worker did not say so)")
         return Result(Status.BUILD_TIMEOUT, build_s=build_s, error=f"killed after the {limits.build_timeout:g} s limit")
@@ -154,9 +157,12 @@ def _run_worker(job: dict[str, Any], limits: Limits, stderr: Any) -> tuple[list[
                 event = json.loads(line)
                 events.append(event)
                 # Each phase has its own limit from when it starts: building, waiting for the
-                # device (a margin past the worker's own lock timeout), measuring.
-                deadline = {"built": time.monotonic() + limits.lock_timeout + LOCK_MARGIN_S,
-                            "measuring": time.monotonic() + limits.run_timeout}.get(event["event"], deadline)
+                # device (a margin past the worker's own lock timeout; on the CPU before the
+                # build, see ``worker.run``), measuring.
+                waiting = time.monotonic() + limits.lock_timeout + LOCK_MARGIN_S
+                deadline = {"waiting": waiting, "locked": time.monotonic() + limits.build_timeout,
+                            "built": waiting, "measuring": time.monotonic() + limits.run_timeout,
+                            }.get(event["event"], deadline)
     except BaseException:
         _kill(process, grace=0)  # interrupted (SIGINT, an error of ours): the worker goes with us
         raise

@@ -1,7 +1,8 @@
 """The child process that builds, checks and times one kernel (``python -m trial_code.worker``).
 
 It reads its job as JSON on stdin and writes one JSON event per line to its original stdout
-(``built``, ``measuring``, then ``done`` or ``failed``); everything TVM or the compilers print
+(``waiting`` and ``locked`` on the CPU, ``built``, ``measuring``, then ``done`` or
+``failed``); everything TVM or the compilers print
 goes to stderr instead, so it cannot corrupt the events. The parent (``evaluate``) enforces the
 build and run time limits from those events and kills this process when one is exceeded,
 which a build stuck in the compiler or a kernel that never returns cannot do for itself.
@@ -46,6 +47,27 @@ def fail(status: str, exc: BaseException) -> None:
 
 
 def run(job: dict[str, Any]) -> None:
+    """On the CPU the trial holds the device from before it loads TVM until its measurement
+    ends: a CPU kernel is timed on every core, and another trial's import or build on one of
+    them halved MM_small's measured speed at two trials at a time. A GPU kernel needs only the
+    GPU to itself, so there builds run in parallel and only measurements take turns."""
+    from .device_lock import DeviceBusy, exclusive
+    from .targets import Target
+
+    target = Target.from_json(job["target"])
+    if target.kind != "llvm" or job.get("build_only"):
+        return build_and_measure(job, holding=False)
+    emit("waiting")
+    try:
+        with exclusive(target.device, job.get("lock_timeout")):
+            emit("locked")
+            return build_and_measure(job, holding=True)
+    except DeviceBusy as exc:
+        return fail("DEVICE_BUSY", exc)
+
+
+def build_and_measure(job: dict[str, Any], holding: bool) -> None:
+    """``holding``: the device lock is held already (the CPU), else it is taken to measure."""
     # Imported here, after the stdout redirect, so TVM's own output never reaches the events.
     from . import kernel
     from .device_lock import DeviceBusy, exclusive
@@ -73,6 +95,9 @@ def run(job: dict[str, Any]) -> None:
             handle.write(kernel.source(executable, target))
     if job.get("build_only"):
         return emit("done", status="NO_ERROR", latency_s=None, repeats_s=[])
+    if holding:
+        emit("measuring")
+        return measured(workload, executable, target, job)
     try:
         with exclusive(target.device, job.get("lock_timeout")):
             emit("measuring")

@@ -109,15 +109,22 @@ def check_cpu_unroll(name: str, extent: int) -> None:
     limit(f"unrolled register-tile extent (last of '{name}')", extent, MAX_CPU_UNROLL)
 
 
-def cooperative_fetch(sch: Any, block: Any, anchor: Any, threads: list[tuple[int, str]]) -> None:
-    """Spread a shared-memory copy over the block's threads: fuse the copy loops that
-    ``compute_at(block, anchor)`` created and split them over the given (extent, thread tag)s,
-    as TVM's classic CUDA templates do. Axes of extent 1 get no loop, so the copy loops are
-    found as those below ``anchor``, not by counting the buffer's dimensions."""
+def loops_below(sch: Any, block: Any, anchor: Any) -> list[Any]:
+    """The loops ``compute_at``/``reverse_compute_at(block, anchor)`` created for ``block``: those
+    below ``anchor``. Axes of extent 1 get no loop, so they are found by position, not by
+    counting the buffer's dimensions (the last loop of a one-element block is ``anchor`` itself,
+    with everything else under it)."""
     loops = sch.get_loops(block)
     anchor_node = sch.get(anchor)
     position = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(anchor_node))
-    copy_loops = loops[position + 1:]
+    return list(loops[position + 1:])
+
+
+def cooperative_fetch(sch: Any, block: Any, anchor: Any, threads: list[tuple[int, str]]) -> None:
+    """Spread a shared-memory copy over the block's threads: fuse the copy loops that
+    ``compute_at(block, anchor)`` created and split them over the given (extent, thread tag)s,
+    as TVM's classic CUDA templates do."""
+    copy_loops = loops_below(sch, block, anchor)
     if not copy_loops:  # a single element: every thread loads it
         return
     fused = sch.fuse(*copy_loops) if len(copy_loops) > 1 else copy_loops[0]

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..targets import Target
 from ..workloads import Workload, conv2d_output_hw
-from .base import Template, check_cpu_vector, check_gpu_launch, cooperative_fetch, factors, one_of, order
+from .base import Template, check_cpu_vector, check_gpu_launch, cooperative_fetch, factors, loops_below, one_of, order
 
 REDUCE = ["rc", "ry", "rx"]
 UNROLL_STEPS = (0, 125, 256)
@@ -156,7 +156,9 @@ class Conv2dTemplate(Template):
         sch.parallel(fused)
         accumulate = sch.cache_write(block, 0, "global")
         sch.reverse_compute_at(accumulate, x0)
-        sch.vectorize(sch.get_loops(accumulate)[-1])
+        store = loops_below(sch, accumulate, x0)
+        if params["tile_x"][1] > 1:  # the write-back's row loop (absent for one column) stores whole vectors
+            sch.vectorize(store[-1])
         sch.vectorize(x1)
         sch.annotate(fused, "pragma_auto_unroll_max_step", params["auto_unroll_max_step"])
         sch.decompose_reduction(block, outer[0])

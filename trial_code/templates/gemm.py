@@ -20,7 +20,16 @@ import numpy as np
 
 from ..targets import Target
 from ..workloads import Workload
-from .base import Template, check_cpu_unroll, check_cpu_vector, check_gpu_launch, cooperative_fetch, factors, order
+from .base import (
+    Template,
+    check_cpu_unroll,
+    check_cpu_vector,
+    check_gpu_launch,
+    cooperative_fetch,
+    factors,
+    loops_below,
+    order,
+)
 
 GPU_INNER = ["k", "n", "m"]
 CPU_BLOCK = ["k", "n", "m"]
@@ -137,9 +146,16 @@ class GemmTemplate(Template):
         parallel = sch.fuse(*batch, n0, m0)
         sch.parallel(parallel)
         above_k = ordered[:params["block_order"].index("k")]
+        anchor = above_k[-1] if above_k else parallel
         accumulate = sch.cache_write(block, 0, "global")
-        sch.reverse_compute_at(accumulate, above_k[-1] if above_k else parallel)
-        sch.vectorize(sch.split(sch.get_loops(accumulate)[-1], [None, params["tile_m"][2]])[1])
+        sch.reverse_compute_at(accumulate, anchor)
+        # The buffer spans the M parts below its anchor: the register tile's, and the cache block's too
+        # unless the M cache-block loop is above the anchor.
+        m_above = "m" in params["block_order"][:len(above_k)]
+        columns = params["tile_m"][2] * (1 if m_above else params["tile_m"][1])
+        store = loops_below(sch, accumulate, anchor)
+        if columns > 1:  # the write-back's column loop (absent for a single column) stores whole vectors
+            sch.vectorize(sch.split(store[-1], [None, params["tile_m"][2]])[1])
         sch.unroll(n2)
         sch.vectorize(m2)
         sch.decompose_reduction(block, k0)
