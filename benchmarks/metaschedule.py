@@ -18,6 +18,10 @@ every kernel against a float64 reference); and its search state lives in its pro
 interrupted run cannot be resumed: its rows are written when the run ends, and a run cut short
 is run again whole.
 
+A network (``run_network``) is tuned as MetaSchedule tunes a model: one task per layer,
+weighted by how often the network runs it, under its gradient task scheduler (Ansor's) with one
+global budget.
+
 Options after a colon, as JSON values: ``metaschedule:num_trials_per_iter=16`` (default 16,
 so that a budget of 64 gives its cost model four rounds; TVM's own default is 64).
 """
@@ -68,19 +72,33 @@ class Measured:
     status: str
     latency_s: float | None
     finished_s: float  # since tuning started: when its batch was measured
+    task: str = ""  # the network layer it belongs to (empty for a single workload)
 
 
 def run(workload: Workload, target: Target, limits: Limits, spec: str, seed: int, budget: int) -> list[Measured]:
     """Tune ``workload`` with MetaSchedule for ``budget`` measured trials; every measurement in order."""
+    return _tune([("", workload, 1)], target, limits, spec, seed, budget)
+
+
+def run_network(layers: list[Any], target: Target, limits: Limits, spec: str, seed: int, budget: int
+                ) -> list[Measured]:
+    """A network's layers (``trial_code.networks.Layer``) as MetaSchedule's tasks, weighted by their
+    counts, under its gradient task scheduler (Ansor's) and one budget of ``budget`` trials."""
+    return _tune([(x.name, x.workload, x.count) for x in layers], target, limits, spec, seed, budget)
+
+
+def _tune(tasks: list[tuple[str, Workload, int]], target: Target, limits: Limits, spec: str, seed: int,
+          budget: int) -> list[Measured]:
     import tvm
     from tvm import te
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.utils import fork_seed
 
     from trial_code import kernel  # sets the thread count that the runner processes it starts inherit
 
     settings = options(spec)
-    flops = for_workload(workload).flops(workload)
+    flops = [for_workload(workload).flops(workload) for _, workload, _ in tasks]
     measured: list[Measured] = []
     started = time.perf_counter()
 
@@ -89,24 +107,31 @@ def run(workload: Workload, target: Target, limits: Limits, spec: str, seed: int
         def apply(self, task_scheduler: Any, task_id: int, measure_candidates: list[Any], builder_results: list[Any],
                   runner_results: list[Any]) -> None:
             now = time.perf_counter() - started
+            name = tasks[task_id][0]
             for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
                 key = hashlib.sha1(str(candidate.sch.trace).encode()).hexdigest()[:16]
                 if built.error_msg:
-                    measured.append(Measured(key, 0.0, "COMPILE_HOST", None, now))
+                    measured.append(Measured(key, 0.0, "COMPILE_HOST", None, now, name))
                 elif ran.error_msg or not ran.run_secs:
-                    measured.append(Measured(key, 0.0, "RUNTIME_DEVICE", None, now))
+                    measured.append(Measured(key, 0.0, "RUNTIME_DEVICE", None, now, name))
                 else:
                     latency = statistics.median(float(s) for s in ran.run_secs)
-                    measured.append(Measured(key, flops / latency / 1e12, "NO_ERROR", latency, now))
+                    measured.append(Measured(key, flops[task_id] / latency / 1e12, "NO_ERROR", latency, now, name))
 
-    host = kernel.for_host(target)
-    func = te.create_prim_func(for_workload(workload).compute(workload))
+    host = tvm.target.Target(kernel.for_host(target).tvm_target())
     runner = ms.runner.LocalRunner(
         timeout_sec=limits.run_timeout,
         evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=limits.repeat, min_repeat_ms=limits.min_repeat_ms))
     with tempfile.TemporaryDirectory(prefix="metaschedule-") as work_dir:
-        ms.tune_tir(tvm.IRModule({"main": func}), tvm.target.Target(host.tvm_target()), work_dir, budget,
-                    num_trials_per_iter=settings["num_trials_per_iter"], runner=runner,
-                    builder=ms.builder.LocalBuilder(timeout_sec=limits.build_timeout), database="memory",
-                    measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), Record()], seed=seed)
+        names = [name or "main" for name, _, _ in tasks]
+        contexts = [
+            ms.TuneContext(mod=tvm.IRModule({"main": te.create_prim_func(for_workload(w).compute(w))}), target=host,
+                           space_generator="post-order-apply", search_strategy="evolutionary", task_name=name,
+                           rand_state=state, num_threads="physical").clone()
+            for name, (_, w, _), state in zip(names, tasks, fork_seed(seed, n=len(tasks)))]
+        ms.tune_tasks(tasks=contexts, task_weights=[float(count) for _, _, count in tasks], work_dir=work_dir,
+                      max_trials_global=budget, num_trials_per_iter=settings["num_trials_per_iter"],
+                      builder=ms.builder.LocalBuilder(timeout_sec=limits.build_timeout), runner=runner,
+                      database="memory", measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
+                                                            Record()], task_scheduler="gradient")
     return measured[:budget]

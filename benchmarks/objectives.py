@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
+from trial_code import constraint, networks
 from trial_code.evaluate import Limits, evaluate
 from trial_code.targets import Target
 from trial_code.templates import for_workload
@@ -33,15 +34,21 @@ def config_key(params: dict[str, Any]) -> str:
 
 
 class Objective(ABC):
-    kind: str  # synthetic | live | recorded | cache
+    kind: str  # synthetic | live | recorded | cache | network
     live = False  # measured in real time (the runner runs trials in parallel threads)
     constraint: dict[str, Any] = {}
     """classArgs (``constraint``, ``constraint_args``) that tell a tuner which configurations may be measured."""
+    layers: list[networks.Layer] = []
+    """A network's layers (``Network``): its tuners are ``NetworkTuner``s over them."""
     optimum: float | None = None
     """The best score there is, where it is known (a brute-forced cache)."""
 
     def __init__(self, workload: str, target: str, space: dict[str, Any]) -> None:
         self.workload, self.target, self.space = workload, target, space
+
+    def recorded(self, row: dict[str, str]) -> Any:
+        """The result a tuner resumed from the CSV gets back for ``row`` (``import_data``)."""
+        return float(row["tflops"])
 
     @abstractmethod
     def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -72,10 +79,50 @@ class Live(Objective):
         self.operator = lookup(workload)
         self.device, self.limits = target, limits
         super().__init__(workload, target.kind, for_workload(self.operator).space(self.operator, target.kind))
+        # What every generated experiment gives its tuner (``trial_code.constraint``).
+        self.constraint = constraint.class_args(self.operator, target.kind)
 
     def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
         result = evaluate(self.operator, params, self.device, self.limits)
         return {**result.report(), "seconds": result.total_s}
+
+
+class Network(Objective):
+    """Every layer of a network (``trial_code.networks``) as one live objective: a trial's
+    parameters name the layer (``{"layer": {"_name": ..., ...}}``, NetworkTuner's space) and it
+    is measured as that layer's workload. ``defaults()`` measures each layer at TVM's default
+    schedule once, what the network's latency counts for a layer no trial has tuned yet."""
+
+    kind = "network"
+    live = True
+
+    def __init__(self, network: str, target: Target, limits: Limits) -> None:
+        self.layers = networks.lookup(network)
+        self.device, self.limits = target, limits
+        self.constraint = {"constraint": "trial_code.constraint:feasible",
+                           "constraint_args": {"network": network, "target": target.kind}}
+        super().__init__(network, target.kind, networks.space(network, target.kind))
+
+    def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
+        name, inner = networks.split(params)
+        result = evaluate(networks.layer(self.workload, name).workload, inner, self.device, self.limits)
+        return {**result.report(), "seconds": result.total_s}
+
+    def recorded(self, row: dict[str, str]) -> Any:
+        """With the latency the allocator weighs layers by, from the layer's FLOPs."""
+        tflops = float(row["tflops"])
+        name, _ = networks.split(json.loads(row["configuration"]))
+        workload = networks.layer(self.workload, name).workload
+        latency = for_workload(workload).flops(workload) / tflops / 1e9 if tflops > 0 else None
+        return {"default": tflops, "latency_ms": latency}
+
+    def defaults(self) -> dict[str, float | None]:
+        """layer -> latency (ms) at TVM's default schedule, None where it cannot run here."""
+        out = {}
+        for layer in self.layers:
+            result = evaluate(layer.workload, None, self.device, self.limits)
+            out[layer.name] = result.latency_ms if result.status.name == "NO_ERROR" else None
+        return out
 
 
 class Recorded(Objective):

@@ -9,9 +9,13 @@
 
 Every std is the sample standard deviation over seeds (ddof = 1: with 3 seeds the population
 one understates the spread by a fifth); a single seed has none (0).
+* ``progress.md``: mean +- std best GFLOPS after a sixth, a third and all of the trials, and
+  after a quarter, a half and all of the longest run's wall-clock time (equal trials, equal time).
 * ``sweep_<param>.png``: for tuner specs that differ in one classArg override (e.g.
   ``opevo:mutate_rate=0.1`` ... ``=0.9``), mean +- std best after the budget against its value
   (figures 7-8).
+* A network's runs (``--objective network``) get its latency against total trials instead
+  (``network_report``).
 * Where the optimum of a workload is known (a brute-forced cache; ``optima.json``, written by
   the benchmark), ``fractions.md``: the best found as a fraction of the optimum after each of
   ``budgets`` evaluations, mean +- std per tuner and workload, the best mean per column in bold
@@ -26,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import catalog, kernel_tuner_strategies, metaschedule
+from . import catalog, kernel_tuner_strategies, metaschedule, network_report
 from .objectives import UNRECORDED
 from .table import read_rows
 
@@ -180,6 +184,33 @@ def summary_table(runs: Runs) -> str:
     return "\n".join(lines) + "\n"
 
 
+def progress_table(runs: Runs) -> str:
+    """Mean ± sample std best GFLOPS per workload and tuner after a sixth, a third and all of the
+    trials, and after a quarter, a half and all of the longest run's wall-clock time: who is
+    ahead at equal trials and at equal time. The best mean of each column in bold."""
+    lines = []
+    for workload, tuners in sorted(runs.items()):
+        length = max(len(rows) for seeds in tuners.values() for rows in seeds.values())
+        longest = max(float(r["finished_s"]) for seeds in tuners.values() for rows in seeds.values() for r in rows)
+        trials = sorted({max(1, length // 6), max(1, length // 3), length})
+        seconds = [longest / 4, longest / 2, longest]
+        cells: dict[str, list[np.ndarray]] = {}
+        for tuner, seeds in tuners.items():
+            by_trial = curves_by_trial(seeds) * 1e3
+            by_time = curves_by_time(seeds, np.array(seconds)) * 1e3
+            cells[tuner] = [by_trial[:, min(t, by_trial.shape[1]) - 1] for t in trials] + list(by_time.T)
+        best = [max(np.mean(c[i]) for c in cells.values()) for i in range(len(trials) + len(seconds))]
+        lines += [f"### {workload}: best GFLOPS so far", "",
+                  "| tuner | " + " | ".join(f"{t} trials" for t in trials) + " | "
+                  + " | ".join(f"{x:.0f} s" for x in seconds) + " |", "|---|" + "---|" * (len(trials) + len(seconds))]
+        for tuner in sorted(cells, key=lambda t: -np.mean(cells[t][len(trials) - 1])):
+            shown = [f"{np.mean(v):.0f} ± {sample_std(v):.0f}" for v in cells[tuner]]
+            shown = [f"**{x}**" if np.mean(v) == b else x for x, v, b in zip(shown, cells[tuner], best)]
+            lines.append(f"| {tuner} | " + " | ".join(shown) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def sweeps(runs: Runs) -> dict[tuple[str, str], list[tuple[float, str]]]:
     """(base tuner, classArg) -> [(value, spec)] for specs overriding exactly that one classArg
     (and the plain base spec, at its catalog value)."""
@@ -293,11 +324,21 @@ def write(csv_path: Path, out: Path, budgets: list[int] | None = None, title: st
     if not rows:
         raise ValueError(f"{csv_path} has no trials")
     out.mkdir(parents=True, exist_ok=True)
-    runs = group(rows)
-    written = plot_curves(runs, out, title or csv_path.parent.name) + plot_sweeps(runs, out)
+    # A network's rows mix its layers: its report is its latency (network_report), not the best TFLOPS.
+    network_targets = {row["workload"]: row["target"] for row in rows if row["objective"] == "network"}
+    runs = group([row for row in rows if row["workload"] not in network_targets])
+    written = []
+    for target in sorted(set(network_targets.values())):
+        chosen = [row for row in rows if network_targets.get(row["workload"]) == target]
+        written += network_report.write(group(chosen), out, target)
+    if not runs:
+        return written
+    written += plot_curves(runs, out, title or csv_path.parent.name) + plot_sweeps(runs, out)
     summary = out / "summary.md"
     summary.write_text(summary_table(runs))
-    written.append(summary)
+    progress = out / "progress.md"
+    progress.write_text(progress_table(runs))
+    written += [summary, progress]
     optima_path = out / OPTIMA
     if optima_path.exists():
         optima = json.loads(optima_path.read_text())

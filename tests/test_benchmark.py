@@ -39,6 +39,8 @@ def test_tiny_synthetic_benchmark_writes_csv_plots_table_and_resumes(tmp_path):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
     summary = (out / "summary.md").read_text()
     assert summary.count("| SYN1 |") == 3 and "**" in summary
+    progress = (out / "progress.md").read_text()  # equal trials (5, 10, 30) and equal time
+    assert "### SYN1" in progress and "| 5 trials | 10 trials | 30 trials |" in progress and progress.count(" s |") >= 2
     assert json.loads((out / "run.json").read_text())[0]["command"].startswith("python -m benchmarks")
 
     # Interrupt: drop the last 12 rows (the end of the last run); the same command completes only those.
@@ -112,3 +114,46 @@ def test_live_cpu_kernels_run_in_parallel_and_report_real_times(tmp_path):
 def test_unknown_tuner_fails_before_running(tmp_path):
     with pytest.raises(ValueError, match="unknown tuner 'opevoo'"):
         main(["--tuners", "opevoo", "--out", str(tmp_path / "x"), "--no-progress"])
+
+
+@pytest.mark.slow
+def test_metaschedule_tunes_the_same_live_workload_with_the_same_budget(tmp_path):
+    """TVM MetaSchedule run by TVM itself: as many measured rows as the budget, in order, each
+    known when its batch was measured, scored in TFLOPS like a trial, no tuner time of its own."""
+    out = tmp_path / "ms"
+    main(["--objective", "live", "--target", "cpu", "--workloads", "BMM_small", "--tuners",
+          "metaschedule:num_trials_per_iter=2", "--seeds", "1", "--budget", "4", "--out", str(out), "--no-progress"])
+    rows = rows_of(out / "trials.csv")
+    assert [int(r["index"]) for r in rows] == [0, 1, 2, 3]
+    assert {r["tuner"] for r in rows} == {"metaschedule:num_trials_per_iter=2"}
+    assert any(r["status"] == "NO_ERROR" and float(r["tflops"]) > 0 for r in rows)
+    finished = [float(r["finished_s"]) for r in rows]
+    assert finished == sorted(finished) and len(set(finished)) <= 2  # two batches of two
+    assert all(r["tuner_ms"] == "nan" for r in rows)
+    assert "n/a" in (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("spec, objective, message", [
+    ("metaschedule", "synthetic", "tunes live kernels"),
+    ("metaschedule:num_trials_per_iter=0", "live", "must be a positive int"),
+    ("metaschedule:trials=4", "live", "unknown MetaSchedule option 'trials'"),
+])
+def test_metaschedule_refuses_what_it_cannot_run_before_running(tmp_path, spec, objective, message):
+    with pytest.raises(SystemExit, match=message):
+        main(["--objective", objective, "--target", "cpu", "--workloads", "MM_small", "--tuners", spec,
+              "--out", str(tmp_path / "x"), "--no-progress"])
+    assert not (tmp_path / "x" / "trials.csv").exists()
+
+
+def test_live_objectives_give_every_tuner_the_trial_codes_static_check():
+    """As every generated experiment does: a configuration over the CPU's vector limit is
+    refused by the tuner instead of spending a trial."""
+    from benchmarks.objectives import Live
+    from nni_opevo import constraint
+    from trial_code import targets
+    from trial_code.evaluate import Limits
+
+    live = Live("MM_small", targets.cpu(), Limits())
+    check = constraint.load(live.constraint["constraint"], live.constraint["constraint_args"])
+    assert not check({"tile_n": [8, 1, 32], "tile_m": [1, 1, 256], "tile_k": [64, 4], "block_order": ["k", "n", "m"]})
+    assert check({"tile_n": [8, 4, 8], "tile_m": [4, 4, 16], "tile_k": [64, 4], "block_order": ["k", "n", "m"]})
