@@ -13,6 +13,9 @@
     python -m benchmarks --objective cache --cache ../shared/data/benchmark_hub/gemm/RTX_Titan.json.gz \\
         --tuners opevo gbfs kt:genetic_algorithm kt:bayes_opt --seeds 10 --budget 200 --concurrency 1 \\
         --out /tmp/hub
+    # a whole network under one budget: OpEvo per layer with Ansor's allocator, round-robin, MetaSchedule
+    python -m benchmarks --objective network --target cpu --workloads resnet18 \\
+        --tuners opevo opevo@round-robin autotvm:plan_size=16 metaschedule --seeds 3 --budget 240 --out /tmp/resnet18
     # figures and tables again from a CSV (trials.csv, or trials.csv.gz as published)
     python -m benchmarks --report-only --out docs/results/h100
 
@@ -31,8 +34,8 @@ from pathlib import Path
 from trial_code import targets
 from trial_code.evaluate import Limits
 
-from . import catalog, kernel_tuner_strategies, metaschedule, report
-from .objectives import SYNTHETIC, Cache, Live, Objective, Recorded, Synthetic
+from . import catalog, kernel_tuner_strategies, metaschedule, network_report, report
+from .objectives import SYNTHETIC, Cache, Live, Network, Objective, Recorded, Synthetic
 from .runner import Plan, run
 
 
@@ -49,6 +52,8 @@ def objectives(args: argparse.Namespace) -> list[Objective]:
         return [Recorded(w, args.target, [Path(p) for p in args.record]) for w in args.workloads]
     target = targets.resolve(args.target)
     limits = Limits(build_timeout=args.build_timeout, run_timeout=args.run_timeout)
+    if args.objective == "network":
+        return [Network(w, target, limits) for w in args.workloads]
     return [Live(w, target, limits) for w in args.workloads]
 
 
@@ -59,7 +64,7 @@ def machine(args: argparse.Namespace) -> dict[str, str]:
             info["cpu"] = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    if args.objective == "live":
+    if args.objective in ("live", "network"):
         from trial_code import kernel  # loads TVM: the CPU LLVM builds for, as the trials' workers name it
 
         info["target"] = json.dumps(kernel.for_host(targets.resolve(args.target)).to_json())
@@ -69,9 +74,11 @@ def machine(args: argparse.Namespace) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--objective", choices=("synthetic", "live", "recorded", "cache"), default="synthetic")
+    parser.add_argument("--objective", choices=("synthetic", "live", "recorded", "cache", "network"),
+                        default="synthetic")
     parser.add_argument("--workloads", nargs="+", default=["SYN1"],
-                        help=f"named workloads (live/recorded) or {', '.join(SYNTHETIC)} (synthetic)")
+                        help=f"named workloads (live/recorded), {', '.join(SYNTHETIC)} (synthetic), or networks "
+                             "(network: alexnet, resnet18, or a JSON file of layers)")
     parser.add_argument("--tuners", nargs="+", default=["opevo", "gbfs", "na2c", "autotvm", "nose", "tpe"],
                         help=f"catalog names, optionally with overrides (name:key=value,...): {', '.join(catalog.CATALOG)}; "
                              f"with --objective cache also Kernel Tuner's strategies as kt:NAME "
@@ -105,12 +112,18 @@ def main(argv: list[str] | None = None) -> None:
                     raise SystemExit(f"{spec}: Kernel Tuner's strategies run on --objective cache only")
                 kernel_tuner_strategies.check(spec)
             elif metaschedule.is_peer(spec):
-                if args.objective != "live":
-                    raise SystemExit(f"{spec}: MetaSchedule tunes live kernels only (--objective live)")
+                if args.objective not in ("live", "network"):
+                    raise SystemExit(f"{spec}: MetaSchedule tunes live kernels and networks only (--objective live or "
+                                     "network)")
                 try:
                     metaschedule.options(spec)
                 except ValueError as e:
                     raise SystemExit(str(e)) from None
+            elif args.objective == "network":
+                try:
+                    catalog.network_class_args(spec, {})
+                except ValueError as e:
+                    raise SystemExit(f"{spec}: {e}") from None
             else:
                 catalog.class_args(spec)
         plan = Plan(objectives(args), args.tuners, list(range(args.seeds)), args.budget, args.concurrency)
@@ -121,6 +134,11 @@ def main(argv: list[str] | None = None) -> None:
                     "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(args)})
         runs_file.write_text(json.dumps(log, indent=2) + "\n")
         report.record_optima(args.out, {o.workload: o.optimum for o in plan.objectives if o.optimum is not None})
+        for objective in plan.objectives:
+            if isinstance(objective, Network) and network_report.recorded_defaults(
+                    args.out, objective.workload, objective.target) is None:
+                print(f"{objective.workload}: timing each layer at TVM's default schedule", flush=True)
+                network_report.record_defaults(args.out, objective.workload, objective.target, objective.defaults())
         run(plan, csv_path, progress=not args.no_progress)
     for path in report.write(csv_path, args.out, args.budgets):
         print(path)

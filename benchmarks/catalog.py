@@ -97,3 +97,38 @@ def build(spec: str, seed: int | None = None, optimize_mode: str = "maximize",
     """A new tuner for ``spec`` (see the module docstring)."""
     class_name, kwargs = class_args(spec, optimize_mode, seed, extra)
     return getattr(nni_opevo, class_name)(**kwargs)
+
+
+# --------------------------------------------------------------------------- networks
+
+ALLOCATOR_MARK = "@"
+SHARED_ARGS = ("optimize_mode", "seed", "constraint", "constraint_args")
+"""classArgs a NetworkTuner passes on to every layer's tuner itself."""
+
+
+def network_spec(spec: str) -> tuple[str, str]:
+    """``opevo@round-robin`` -> (the layers' catalog tuner, the allocator); gradient by default."""
+    tuner, _, allocator = spec.partition(ALLOCATOR_MARK)
+    return tuner, allocator or "gradient"
+
+
+def network_class_args(spec: str, weights: dict[str, float], seed: int | None = None,
+                       extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every classArg of a NetworkTuner running catalog tuner ``spec`` (with ``@allocator``) on
+    each layer; ValueError naming a bad one (a built-in behind ChoiceView cannot be a layer's)."""
+    tuner, allocator = network_spec(spec)
+    class_name, values = class_args(tuner)
+    if CATALOG[parse(tuner)[0]].builtin is not None:
+        raise ValueError(f"{tuner}: a network's layers are tuned by tuners of this package, not NNI's built-ins")
+    inner = {k: v for k, v in values.items() if k not in SHARED_ARGS}
+    given = {"tuner": class_name, "tuner_args": inner, "allocator": allocator, "weights": weights, **(extra or {}),
+             **({"seed": seed} if seed is not None else {})}
+    values = nni_opevo.NetworkTuner.Args.parse(given).values()
+    if values.get("seed") is None:
+        values.pop("seed", None)  # NNI's YAML then reads as "draw one"
+    return values
+
+
+def build_network(spec: str, weights: dict[str, float], seed: int | None = None,
+                  extra: dict[str, Any] | None = None) -> Tuner:
+    return nni_opevo.NetworkTuner(**network_class_args(spec, weights, seed, extra))

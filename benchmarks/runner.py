@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from trial_code import networks
+
 from . import catalog, kernel_tuner_strategies, metaschedule
 from .dispatch import Trial, drive
-from .objectives import Cache, Live, Objective, config_key
+from .objectives import Cache, Live, Network, Objective, config_key
 from .table import read_rows
 
 COLUMNS = ["objective", "workload", "target", "tuner", "seed", "index", "parameter_id", "started_s", "finished_s",
@@ -120,8 +122,12 @@ def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: lis
     if metaschedule.is_peer(tuner_spec):
         _one_metaschedule(plan, objective, tuner_spec, seed, writer, handle, bar, label)
         return
-    tuner = catalog.build(tuner_spec, seed, extra=objective.constraint)
-    history = [{"parameter": json.loads(r["configuration"]), "value": float(r["tflops"])} for r in rows]
+    if objective.layers:  # a network: one tuner per layer behind a NetworkTuner, weighted by the layers' counts
+        weights = {layer.name: layer.count for layer in objective.layers}
+        tuner = catalog.build_network(tuner_spec, weights, seed, extra=objective.constraint)
+    else:
+        tuner = catalog.build(tuner_spec, seed, extra=objective.constraint)
+    history = [{"parameter": json.loads(r["configuration"]), "value": objective.recorded(r)} for r in rows]
     offset = max((float(r["finished_s"]) for r in rows), default=0.0)
     first_id = max((int(r["parameter_id"]) for r in rows), default=-1) + 1
 
@@ -179,10 +185,14 @@ def _one_kernel_tuner(plan: Plan, objective: Objective, spec: str, seed: int, do
 
 def _one_metaschedule(plan: Plan, objective: Objective, spec: str, seed: int, writer: csv.DictWriter,
                       handle: TextIO, bar: Progress, label: str) -> None:
-    if not isinstance(objective, Live):
-        raise ValueError(f"{spec}: MetaSchedule tunes live kernels only, not {objective.kind}")
     started = time.time()
-    measured = metaschedule.run(objective.operator, objective.device, objective.limits, spec, seed, plan.budget)
+    if isinstance(objective, Network):
+        measured = metaschedule.run_network(objective.layers, objective.device, objective.limits, spec, seed,
+                                            plan.budget)
+    elif isinstance(objective, Live):
+        measured = metaschedule.run(objective.operator, objective.device, objective.limits, spec, seed, plan.budget)
+    else:
+        raise ValueError(f"{spec}: MetaSchedule tunes live kernels and networks only, not {objective.kind}")
     previous = batch_start = 0.0  # a candidate's result is known when its batch is measured
     for index, m in enumerate(measured):
         if m.finished_s != previous:
@@ -191,7 +201,9 @@ def _one_metaschedule(plan: Plan, objective: Objective, spec: str, seed: int, wr
             "objective": objective.kind, "workload": objective.workload, "target": objective.target,
             "tuner": spec, "seed": seed, "index": index, "parameter_id": index, "started_s": f"{batch_start:.3f}",
             "finished_s": f"{m.finished_s:.3f}", "tuner_ms": "nan", "tflops": m.tflops, "status": m.status,
-            "seconds": f"{m.finished_s - batch_start:.3f}", "configuration": json.dumps({"metaschedule": m.configuration}),
+            "seconds": f"{m.finished_s - batch_start:.3f}",
+            "configuration": json.dumps({"metaschedule": m.configuration} if not m.task else
+                                        {networks.KEY: {"_name": m.task, "metaschedule": m.configuration}}),
         })
         previous = m.finished_s
     handle.flush()

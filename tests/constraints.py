@@ -22,3 +22,12 @@ def raises(params: dict[str, Any]) -> bool:
 
 def not_a_bool(params: dict[str, Any]) -> Any:
     return "yes"
+
+
+SEEN_LAYERS: list[str] = []
+
+
+def layer_limit(params: dict[str, Any], layer: str, most: int = 4) -> bool:
+    """A network's constraint: records which layer asked, feasible while the first factor is small."""
+    SEEN_LAYERS.append(layer)
+    return params["t"][0] <= most

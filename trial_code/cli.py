@@ -1,12 +1,12 @@
 """Command-line options shared by the trial, the space generator and the export command:
-which workload (a named one, or a family with a shape) and which target."""
+which workload (a named one, a family with a shape, or a network's layers) and which target."""
 from __future__ import annotations
 
 import argparse
 import json
 from typing import Any
 
-from . import workloads
+from . import networks, workloads
 from .workloads import Workload
 
 
@@ -16,9 +16,24 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shape", nargs="+", metavar="KEY=VALUE", default=[],
                         help="a custom shape, e.g. n=512 m=1024 k=1024 (see trial_code/workloads.py)")
     parser.add_argument("--name", help="name of the custom workload (default: from its shape)")
+    parser.add_argument("--network", help=f"every tunable layer of a network ({', '.join(networks.NETWORKS)}): the "
+                                          f"parameters' '{networks.KEY}' choice names the layer")
+
+
+def layer_from(args: argparse.Namespace, params: dict[str, Any]) -> tuple[Workload, dict[str, Any]]:
+    """The workload and its parameters: ``--network``'s layer that ``params`` name, or the one
+    workload of the other options with ``params`` as they are."""
+    if not getattr(args, "network", None):
+        return workload_from(args), params
+    if args.workload or args.family or args.shape:
+        raise ValueError("give either --network or a workload (--workload, --family with --shape), not both")
+    name, inner = networks.split(params)
+    return networks.layer(args.network, name).workload, inner
 
 
 def workload_from(args: argparse.Namespace) -> Workload:
+    if getattr(args, "network", None):
+        raise ValueError("--network names many workloads; this command takes one (--workload, or --family with --shape)")
     if args.workload:
         if args.family or args.shape:
             raise ValueError("give either --workload or --family with --shape, not both")

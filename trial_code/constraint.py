@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from . import targets, workloads
+from . import networks, targets, workloads
 from .targets import Target
 from .templates import Infeasible, NotInSpace, Template, for_workload
 from .workloads import Workload
@@ -28,14 +28,30 @@ def _problem(workload: str | None, target: str, family: str | None, shape: tuple
     return chosen, for_workload(chosen), targets.resolve(target)
 
 
+@functools.cache
+def _network_layer(network: str, layer: str, target: str) -> tuple[Workload, Template, Target]:
+    chosen = networks.layer(network, layer).workload
+    return chosen, for_workload(chosen), targets.resolve(target)
+
+
 def feasible(params: dict[str, Any], workload: str | None = None, target: str = "auto", family: str | None = None,
-             shape: dict[str, Any] | None = None, name: str | None = None) -> bool:
+             shape: dict[str, Any] | None = None, name: str | None = None, network: str | None = None,
+             layer: str | None = None) -> bool:
     """Whether ``params`` pass the template's static checks for the workload on the target.
+
+    For a network (``nni_opevo.NetworkTuner``), ``network`` is set in ``constraint_args`` and
+    the tuner adds each layer's ``layer``: the layer's workload is the one checked.
 
     Parameters that are not of the workload's space at all raise ValueError rather than return
     False: the experiment's search space and its ``constraint_args`` disagree, and refusing every
     candidate would end it with "no feasible configuration" instead of the cause."""
-    chosen, template, resolved = _problem(workload, target, family, tuple(sorted((shape or {}).items())), name)
+    if network is not None:
+        if layer is None:
+            raise ValueError("constraint_args name a network but no layer: give the constraint to NetworkTuner, "
+                             "which adds each layer's name")
+        chosen, template, resolved = _network_layer(network, layer, target)
+    else:
+        chosen, template, resolved = _problem(workload, target, family, tuple(sorted((shape or {}).items())), name)
     try:
         template.check(chosen, params, resolved)
     except NotInSpace as exc:

@@ -17,6 +17,9 @@ noise), one at a time. Written to ``--out`` (default ``<experiment folder>/expor
 - ``kernels/p<parameter id>.<ext>``: the source of every re-measured configuration;
 - ``top_k.md``: the table of reported against re-measured TFLOPS.
 
+A network's experiment (``--network``) is exported layer by layer instead, with the network's
+latency as the sum over its layers (``network_export``: ``network.json``, ``network.md``).
+
 Where the experiment ran on a GPU that this machine lacks, the kernels are built and compiled
 with nvcc (their sources exported) but not re-measured, and the ranking stays the reported one.
 """
@@ -32,12 +35,13 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import anchor, targets
+from . import anchor, network_export, targets
 from . import trial as trial_cli
 from .best import Best
 from .cli import workload_from
 from .evaluate import Limits, Result, evaluate
 from .experiment_client import ExperimentDatabase, Trial
+from .network_export import NetworkBest
 from .status import Status
 from .targets import Target
 from .workloads import Workload
@@ -129,14 +133,19 @@ class Options:
     target: str | None = None  # overrides the trial command's
 
 
-def export(folder: str, options: Options, out: str | None = None) -> Best:
+def export(folder: str, options: Options, out: str | None = None) -> Best | NetworkBest:
     """Re-measure the experiment's top-k configurations and write the winner to ``out``
-    (default ``<folder>/export``); see the module docstring."""
+    (default ``<folder>/export``); see the module docstring. A network's experiment gets each
+    layer's winner and the network's latency (``network_export``)."""
     database = ExperimentDatabase(folder)
     profile = database.profile()
     trial_args = trial_arguments(profile["trialCommand"])
     if options.target:
         trial_args.target = options.target
+    if trial_args.network:
+        limits = Limits(trial_args.build_timeout, trial_args.run_timeout, options.repeat, options.min_repeat_ms)
+        return network_export.export(folder, database, trial_args, options.top_k, limits,
+                                     os.path.abspath(out or os.path.join(folder, "export")))
     ranked = database.ranked()
     succeeded = [t for t in ranked if t.value > 0]
     if not succeeded:
@@ -196,6 +205,10 @@ def main(argv: list[str] | None = None) -> None:
     out = os.path.abspath(args.out or os.path.join(folder, "export"))
     best = export(folder, Options(args.top_k, args.repeat, args.min_repeat_ms, args.target), out)
     print(best.headline())
+    if isinstance(best, NetworkBest):
+        print(best.table(), end="")
+        print(f"wrote {out}/network.json, network.md and each layer's kernels")
+        return
     print(f"parameters: {json.dumps(best.parameters)}")
     print(f"wrote {out}/best.json, {best.source}, top_k.md and kernels/")
 

@@ -29,11 +29,20 @@ def for_host(target: Target) -> Target:
     return target
 
 
-def scheduled(workload: Workload, params: dict[str, Any], target: Target) -> Any:
-    """The scheduled IRModule; template or TVM schedule errors propagate (INSTANTIATION_ERROR)."""
+def scheduled(workload: Workload, params: dict[str, Any] | None, target: Target) -> Any:
+    """The scheduled IRModule; template or TVM schedule errors propagate (INSTANTIATION_ERROR).
+    ``params`` None: TVM's default schedule, what a layer nobody tuned runs (the loop nest as
+    the compute states it on the CPU; dlight's fallback, which binds it to threads, on CUDA)."""
     template = for_workload(workload)
-    func = te.create_prim_func(template.compute(workload))
-    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    module = tvm.IRModule({"main": te.create_prim_func(template.compute(workload))})
+    if params is None:
+        if target.kind != "cuda":
+            return module
+        from tvm.s_tir import dlight
+
+        with tvm.target.Target(target.tvm_target()):
+            return dlight.ApplyDefaultSchedule(dlight.gpu.Fallback())(module)
+    sch = s_tir.Schedule(module)
     template.schedule(sch, workload, params, target)
     return sch.mod
 

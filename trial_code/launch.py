@@ -175,6 +175,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"re-measuring the top {args.top_k} configurations:", flush=True)
     best = export.export(folder, export.Options(top_k=args.top_k))
     print(best.headline())
+    if isinstance(best, export.NetworkBest):
+        print(best.table(), end="")
+        print(f"saved to {folder}/export/network.json with each layer's kernel source; the web UI stays up "
+              f"until `nnictl stop {experiment_id}`")
+        return
     print(f"parameters: {json.dumps(best.parameters)}")
     print(f"saved to {folder}/export/best.json with the kernel's source ({best.source}); the web UI stays up "
           f"until `nnictl stop {experiment_id}`")

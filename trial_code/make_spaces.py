@@ -29,7 +29,7 @@ import yaml
 
 from benchmarks import catalog
 
-from . import REPO_ROOT, constraint, workloads
+from . import REPO_ROOT, constraint, networks, workloads
 from .cli import add_workload_options, workload_from
 from .templates import for_workload
 from .workloads import Workload
@@ -40,6 +40,8 @@ PER_GPU = 8
 """Trials in flight per GPU, as in the paper: they build in parallel and take turns measuring."""
 KINDS = {"cuda": ("", 512, 8), "cpu": ("-cpu", 256, 2)}
 """Target kind -> (file suffix, maxTrialNumber, trialConcurrency)."""
+NETWORK_TRIALS = {"cuda": 64, "cpu": 32}
+"""Trials per layer of a network experiment (its maxTrialNumber is this times its layers)."""
 
 
 class Layout:
@@ -50,8 +52,10 @@ class Layout:
         self.root = os.path.abspath(root)
         self.in_checkout = self.root == os.path.abspath(REPO_ROOT)
 
-    def space(self, workload: Workload, kind: str) -> str:
-        return os.path.join(self.root, "search_spaces", f"{workload.name}.{kind}.json")
+    def space(self, workload: Workload | str, kind: str) -> str:
+        """A workload's search space, or a network's (by its name)."""
+        name = workload if isinstance(workload, str) else workload.name
+        return os.path.join(self.root, "search_spaces", f"{name}.{kind}.json")
 
     def experiment(self, folder: str, name: str) -> str:
         return os.path.join(self.root, "experiments", folder, name)
@@ -106,16 +110,64 @@ def write_yaml(layout: Layout, path: str, config: dict[str, Any], comment: str) 
         yaml.safe_dump(config, handle, sort_keys=False, width=1000)
 
 
+def write_space(path: str, space: dict[str, Any]) -> str:
+    """One parameter per line (a network's layers one per line), so the files diff well."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if list(space) == [networks.KEY]:
+        options = ",\n".join(f"    {json.dumps(option)}" for option in space[networks.KEY]["_value"])
+        text = f'{{\n  "{networks.KEY}": {{"_type": "choice", "_value": [\n{options}\n  ]}}\n}}\n'
+    else:
+        text = "{\n" + ",\n".join(f"  {json.dumps(name)}: {json.dumps(spec)}" for name, spec in space.items()) + "\n}\n"
+    with open(path, "w") as handle:
+        handle.write(text)
+    return path
+
+
 def write_spaces(layout: Layout, workload: Workload) -> list[str]:
     template = for_workload(workload)
+    return [write_space(layout.space(workload, kind), template.space(workload, kind)) for kind in KINDS]
+
+
+def network_tuner_config(spec: str, code_directory: str, network: str, kind: str, allocator: str) -> dict[str, Any]:
+    """A NetworkTuner running the catalog tuner ``spec`` on every layer, with the static check."""
+    weights = {layer.name: layer.count for layer in networks.lookup(network)}
+    args = catalog.network_class_args(f"{spec}{catalog.ALLOCATOR_MARK}{allocator}", weights, extra={
+        "constraint": "trial_code.constraint:feasible", "constraint_args": {"network": network, "target": kind}})
+    return {"className": "nni_opevo.NetworkTuner", "codeDirectory": code_directory, "classArgs": args}
+
+
+def write_network(layout: Layout, network: str, tuner: str, allocator: str = "gradient") -> list[str]:
+    """``search_spaces/<network>.<kind>.json`` and ``experiments/<network>/<tuner>[-cpu].yml``:
+    every layer in one experiment, the trials shared out by a NetworkTuner."""
+    layers = networks.lookup(network)
+    label = network
+    if network not in networks.NETWORKS:  # a JSON file: named by its stem, given to trials by its full path
+        label, network = os.path.splitext(os.path.basename(network))[0], os.path.abspath(network)
+    name, _ = catalog.parse(tuner)
+    stem = tuner.replace(":", "_").replace(",", "_").replace("=", "-") + ("" if allocator == "gradient" else f"-{allocator}")
     written = []
-    for kind in KINDS:
-        path = layout.space(workload, kind)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as handle:
-            lines = [f"  {json.dumps(name)}: {json.dumps(spec)}" for name, spec in template.space(workload, kind).items()]
-            handle.write("{\n" + ",\n".join(lines) + "\n}\n")
-        written.append(path)
+    for kind, (suffix, _, concurrency) in KINDS.items():
+        space_path = write_space(layout.space(label, kind), networks.space(network, kind))
+        path = layout.experiment(label, f"{stem}{suffix}.yml")
+        code = layout.from_config(path, REPO_ROOT)
+        config: dict[str, Any] = {
+            "experimentName": f"{label} ({len(layers)} layers) {catalog.CATALOG[name].description}, {allocator} ({kind})",
+            "searchSpaceFile": layout.from_config(path, space_path),
+            "trialCommand": f"python3 -m trial_code.trial --network {network} --target {kind}",
+            "trialCodeDirectory": code,
+            "trialConcurrency": concurrency,
+            "maxTrialNumber": NETWORK_TRIALS[kind] * len(layers),
+            "tuner": network_tuner_config(tuner, code, network, kind, allocator),
+            "trainingService": {"platform": "local"},
+        }
+        if kind == "cuda":
+            config["trialGpuNumber"] = 1
+            config["trainingService"] = {"platform": "local", "useActiveGpu": True,
+                                         "maxTrialNumberPerGpu": min(concurrency, PER_GPU)}
+        where = "on the GPU" if kind == "cuda" else "on the CPU (LLVM)"
+        write_yaml(layout, path, config, f"Every layer of {label} tuned {where} under one budget "
+                   f"({NETWORK_TRIALS[kind]} trials per layer), {allocator} allocation (docs/networks.md).")
+        written += [space_path, path]
     return written
 
 
@@ -177,6 +229,8 @@ def shipped(layout: Layout) -> list[str]:
     written = []
     for workload in workloads.NAMED.values():
         written += write_spaces(layout, workload) + write_experiments(layout, workload, SHIPPED_TUNER)
+    for network in networks.NETWORKS:
+        written += write_network(layout, network, SHIPPED_TUNER)
     return written + [write_quickstart(layout), *write_scale_out(layout)]
 
 
@@ -186,6 +240,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tuner", nargs="+", default=[],
                         help=f"catalog tuners to write experiments for (default {SHIPPED_TUNER}): "
                              f"{', '.join(catalog.CATALOG)}, optionally with overrides (name:key=value,...)")
+    parser.add_argument("--allocator", default="gradient", choices=("gradient", "round-robin"),
+                        help="with --network: which layer gets the next trial (default %(default)s)")
     parser.add_argument("--root", default=REPO_ROOT, help="write under this folder instead of the checkout")
     args = parser.parse_args(argv)
     for spec in args.tuner:
@@ -199,7 +255,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     layout = Layout(args.root)
-    if args.workload or args.family:
+    if args.network:
+        written = []
+        for tuner in args.tuner or [SHIPPED_TUNER]:
+            written += write_network(layout, args.network, tuner, args.allocator)
+    elif args.workload or args.family:
         workload = workload_from(args)
         written = write_spaces(layout, workload)
         for tuner in args.tuner or [SHIPPED_TUNER]:

@@ -1,4 +1,5 @@
-"""The NNI trial: ``python -m trial_code.trial --workload MM1 [--target auto|cpu|cuda]``.
+"""The NNI trial: ``python -m trial_code.trial --workload MM1 [--target auto|cpu|cuda]``, or
+``--network alexnet`` for the layer its parameters name (``networks``).
 
 Under NNI it takes the tuner's parameters with ``nni.get_next_parameter()`` and always reports
 ``{'default': TFLOPS, 'latency_ms', 'status', 'build_s', 'error'}`` with
@@ -18,7 +19,7 @@ import traceback
 from typing import Any, NoReturn
 
 from . import targets
-from .cli import add_workload_options, workload_from
+from .cli import add_workload_options, layer_from
 from .evaluate import Limits, Result, evaluate
 from .status import Status
 
@@ -79,7 +80,7 @@ MAX_REPEAT_MS = 600_000
 def run(args: argparse.Namespace, params: dict[str, Any]) -> Result:
     """Evaluate, turning any error of ours into a reported UNKNOWN_ERROR rather than a lost trial."""
     try:
-        workload = workload_from(args)
+        workload, params = layer_from(args, params)
         target = targets.resolve(args.target)
         limits = Limits(args.build_timeout, args.run_timeout, args.repeat, args.min_repeat_ms,
                         lock_timeout=args.lock_timeout)

@@ -1,0 +1,132 @@
+"""A network's latency against its total trials (the OpEvo paper's figure 6), from the CSV.
+
+After each trial of a run, the network's latency is the sum over its layers of count x the
+best latency measured for the layer so far, a layer without a working kernel yet counting at
+TVM's default schedule (measured once per network and target at the start of the benchmark,
+``defaults.json``). A layer's latency is its FLOPs over the TFLOPS its trial reported.
+
+* ``network_vs_trials.png`` / ``network_vs_time.png``: mean ± sample std over seeds, one panel
+  per network, the latency axis logarithmic (the first trials start from the default schedule).
+* ``networks.md``: mean ± sample std network latency after a quarter, half and all of the
+  budget per tuner, the lowest mean in bold.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from trial_code import networks
+from trial_code.templates import for_workload
+
+DEFAULTS = "defaults.json"
+
+
+def record_defaults(out: Path, network: str, target: str, latencies: dict[str, float | None]) -> None:
+    """Keep ``network``'s layers' latencies at TVM's default schedule on ``target`` (merged)."""
+    path = out / DEFAULTS
+    known = json.loads(path.read_text()) if path.exists() else {}
+    known.setdefault(network, {})[target] = latencies
+    path.write_text(json.dumps(known, indent=2, sort_keys=True) + "\n")
+
+
+def recorded_defaults(out: Path, network: str, target: str) -> dict[str, float | None] | None:
+    path = out / DEFAULTS
+    known = json.loads(path.read_text()) if path.exists() else {}
+    return known.get(network, {}).get(target)
+
+
+def latency_curve(rows: list[dict[str, str]], network: str, defaults: dict[str, float | None]) -> np.ndarray:
+    """The network's latency (ms) after each row of one run (inf while a layer has none)."""
+    layers = networks.lookup(network)
+    flops = {x.name: for_workload(x.workload).flops(x.workload) for x in layers}
+    best = {x.name: defaults.get(x.name) or math.inf for x in layers}
+    out = []
+    for row in rows:
+        tflops = float(row["tflops"])
+        name = networks.split(json.loads(row["configuration"]))[0]
+        if tflops > 0:
+            best[name] = min(best[name], flops[name] / tflops / 1e9)
+        out.append(sum(x.count * best[x.name] for x in layers))
+    return np.array(out)
+
+
+def _curves(seeds: dict[str, list[dict[str, str]]], network: str, defaults: dict[str, float | None]) -> np.ndarray:
+    """seeds x trials; a shorter run keeps its last latency."""
+    curves = [latency_curve(rows, network, defaults) for rows in seeds.values()]
+    length = max(len(c) for c in curves)
+    return np.array([np.concatenate([c, np.full(length - len(c), c[-1])]) for c in curves])
+
+
+def table(runs: dict[str, dict[str, dict[str, list[dict[str, str]]]]], defaults: dict[str, dict]) -> str:
+    from .report import sample_std
+
+    lines = []
+    for network, tuners in sorted(runs.items()):
+        curves = {t: _curves(seeds, network, defaults[network]) for t, seeds in tuners.items()}
+        length = max(c.shape[1] for c in curves.values())
+        points = sorted({max(1, length // 4), max(1, length // 2), length})
+        lines += [f"### {network}: latency (ms) as the sum of count x layer latency", "",
+                  "| tuner | seeds | " + " | ".join(f"after {p} trials" for p in points) + " |",
+                  "|---|---|" + "---|" * len(points)]
+        means = {t: [float(np.mean(c[:, min(p, c.shape[1]) - 1])) for p in points] for t, c in curves.items()}
+        lowest = [min(m[i] for m in means.values()) for i in range(len(points))]
+        for tuner in sorted(curves, key=lambda t: means[t][-1]):
+            cells = []
+            for i, p in enumerate(points):
+                column = curves[tuner][:, min(p, curves[tuner].shape[1]) - 1]
+                cell = f"{np.mean(column):.4g} ± {sample_std(column):.2g}"
+                cells.append(f"**{cell}**" if means[tuner][i] == lowest[i] else cell)
+            lines.append(f"| {tuner} | {len(tuners[tuner])} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(runs: dict[str, dict[str, dict[str, list[dict[str, str]]]]], defaults: dict[str, dict], out: Path
+         ) -> list[Path]:
+    from .report import _band, _legend, _panels, _save
+
+    written = []
+    for axis in ("trials", "time"):
+        fig, axes = _panels(len(runs))
+        names = sorted({tuner for tuners in runs.values() for tuner in tuners})
+        for ax, (network, tuners) in zip(axes, sorted(runs.items())):
+            for tuner, seeds in sorted(tuners.items()):
+                curves = _curves(seeds, network, defaults[network])
+                if axis == "trials":
+                    _band(ax, np.arange(1, curves.shape[1] + 1), curves, tuner, names)
+                    continue
+                ends = [max(float(r["finished_s"]) for r in rows) for rows in seeds.values()]
+                grid = np.linspace(0, max(ends), 200)
+                at_time = []
+                for rows, curve in zip(seeds.values(), curves):
+                    finished = np.array([float(r["finished_s"]) for r in rows])
+                    order = np.argsort(finished, kind="stable")
+                    ordered = np.minimum.accumulate(curve[: len(rows)][order])
+                    at = np.searchsorted(finished[order], grid, side="right") - 1
+                    at_time.append(np.where(at >= 0, ordered[np.clip(at, 0, None)], np.inf))
+                _band(ax, grid, np.array(at_time), tuner, names)
+            ax.set_yscale("log")
+            ax.set_title(network)
+            ax.set_xlabel("total trials" if axis == "trials" else "wall-clock seconds")
+            ax.set_ylabel("network latency, ms (sum over layers)")
+            ax.grid(alpha=0.3)
+        _legend(fig, axes)
+        fig.tight_layout()
+        path = out / f"network_vs_{axis}.png"
+        _save(fig, path)
+        written.append(path)
+    return written
+
+
+def write(runs: dict[str, dict[str, dict[str, list[dict[str, str]]]]], out: Path, target: str) -> list[Path]:
+    """The network figures and table for the networks in ``runs`` whose defaults are recorded."""
+    defaults = {n: recorded_defaults(out, n, target) for n in runs}
+    known = {n: t for n, t in runs.items() if defaults[n] is not None}
+    if not known:
+        return []
+    path = out / "networks.md"
+    path.write_text(table(known, defaults))
+    return [path, *plot(known, defaults, out)]

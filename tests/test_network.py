@@ -1,0 +1,314 @@
+"""A network's layers under one budget: NetworkTuner (one inner tuner per layer, an allocator),
+the networks and their spaces, the trial of a layer, TVM's default schedule for an untuned
+layer, and a whole network experiment under nnictl with its end-to-end latency."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from nni import NoMoreTrialError
+
+from nni_opevo import NetworkTuner, SpaceError
+from nni_opevo.allocation import Gradient, RoundRobin
+from trial_code import constraint, networks, targets, workloads
+from trial_code.evaluate import Limits, evaluate
+from trial_code.status import Status
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = {"big": [256, 2], "mid": [64, 2], "flat": [16, 2]}
+
+
+def network_space(layers=LAYERS):
+    return {"layer": {"_type": "choice", "_value": [
+        {"_name": name, "t": {"_type": "factor", "_value": value}, "o": {"_type": "perm", "_value": 3}}
+        for name, value in layers.items()]}}
+
+
+def latency(name, params):
+    """Synthetic layer latencies: 'big' and 'mid' improve towards t = [8, ...], any other cannot."""
+    t = params["t"][0]
+    return {"big": 1.0 + abs(t - 8) / 8, "mid": 0.3 + abs(t - 8) / 64}.get(name, 0.05)
+
+
+def drive(tuner, trials, space=None, measure=latency):
+    """Propose, measure and report one trial at a time; (layer, params) of each trial. A
+    ``measure`` of None is a failed kernel (0 TFLOPS, no latency)."""
+    tuner.update_search_space(space or network_space())
+    done = []
+    for pid in range(trials):
+        try:
+            params = tuner.generate_parameters(pid)
+        except NoMoreTrialError:
+            break
+        name, inner = networks.split(params)
+        ms = measure(name, inner)
+        tuner.receive_trial_result(pid, params, {"default": 1 / ms if ms else 0.0, "latency_ms": ms})
+        tuner.trial_end(pid, True)
+        done.append((name, inner))
+    return done
+
+
+def test_each_layer_has_its_own_tuner_and_no_trial_is_repeated():
+    tuner = NetworkTuner(seed=3, weights={"big": 2})
+    done = drive(tuner, 90)
+    assert len(done) == 90 and {name for name, _ in done} == set(LAYERS)
+    keys = [(name, json.dumps(inner, sort_keys=True)) for name, inner in done]
+    assert len(set(keys)) == len(keys)
+    for name, inner in done:
+        assert sorted(inner) == ["o", "t"] and inner["t"][0] * inner["t"][1] == LAYERS[name][0]
+    assert {name: len(t.population) for name, t in tuner.layers.items()} == \
+        {name: sum(n == name for n, _ in done) for name in LAYERS}
+
+
+def test_the_gradient_allocator_spends_where_the_network_gains_and_round_robin_evenly():
+    """After the warm-up, 'flat' (already at its best, 5 % of the latency) gets little: the
+    gradient allocator's trials go to the layers that can still fall, most to the heaviest.
+    Deterministic for each seed (the allocator and tuners are seeded); checked on three."""
+    for seed in (0, 1, 2):
+        spent = {}
+        for kind in ("gradient", "round-robin"):
+            done = drive(NetworkTuner(seed=seed, allocator=kind, tuner_args={"variant": "paper"}), 60)
+            spent[kind] = {name: sum(n == name for n, _ in done) for name in LAYERS}
+        assert max(spent["round-robin"].values()) - min(spent["round-robin"].values()) <= 1
+        assert spent["gradient"]["flat"] < spent["round-robin"]["flat"] / 2, spent
+        assert spent["gradient"]["big"] > spent["round-robin"]["big"], spent
+
+
+def test_a_layer_whose_kernels_all_fail_does_not_take_the_budget():
+    """The warm-up gives it Gradient.WARMUP trials; after that only the random share (5 %)."""
+    done = drive(NetworkTuner(seed=4), 80, measure=lambda name, p: None if name == "big" else latency(name, p))
+    assert sum(name == "big" for name, _ in done) <= Gradient.WARMUP + 10  # 10: P(Binomial(75, 0.05 / 3) > 10) < 1e-7
+
+
+def test_allocators_weigh_layers_by_count():
+    import numpy as np
+
+    for cls in (Gradient, RoundRobin):
+        allocator = cls({"a": 3.0, "b": 1.0}, np.random.default_rng(0))
+        for name, ms in (("a", 2.0), ("b", 1.0), ("a", 1.5)):
+            allocator.proposed(name)
+            allocator.observe(name, ms)
+        assert allocator.cost() == 3.0 * 1.5 + 1.0 * 1.0
+        allocator.close("a")
+        assert allocator.next() == "b"
+        allocator.close("b")
+        with pytest.raises(ValueError, match="every layer"):
+            allocator.next()
+
+
+def test_a_network_ends_when_every_layer_is_used_and_its_constraint_sees_each_layer():
+    import constraints
+
+    constraints.SEEN_LAYERS.clear()
+    tuner = NetworkTuner(seed=0, constraint="constraints:layer_limit", constraint_args={"most": 2})
+    space = network_space({"a": [8, 2], "b": [4, 2]})  # t[0] <= 2: a has 2 x 6 orders, b 2 x 6
+    done = drive(tuner, 100, space)
+    assert len(done) == 24 and all(inner["t"][0] <= 2 for _, inner in done)
+    assert set(constraints.SEEN_LAYERS) == {"a", "b"}
+    with pytest.raises(NoMoreTrialError):
+        tuner.generate_parameters(1000)
+
+
+def test_import_data_gives_each_layer_its_history_and_nothing_is_proposed_again():
+    first = NetworkTuner(seed=5)
+    done = drive(first, 30)
+    records = [{"parameter": {"layer": {"_name": n, **p}}, "value": {"default": 1.0, "latency_ms": 1.0}}
+               for n, p in done] + [{"parameter": {"not": "a layer"}, "value": 1.0}]
+    resumed = NetworkTuner(seed=5)
+    resumed.update_search_space(network_space())
+    resumed.import_data(records)
+    seen = {(n, json.dumps(p, sort_keys=True)) for n, p in done}
+    for pid in range(100, 140):
+        name, inner = networks.split(resumed.generate_parameters(pid))
+        assert (name, json.dumps(inner, sort_keys=True)) not in seen
+
+
+@pytest.mark.parametrize("space, class_args, message", [
+    ({"a": {"_type": "choice", "_value": [1, 2]}}, {}, "each {\"_name\": <layer>"),
+    ({"a": {"_type": "randint", "_value": [0, 3]}, "b": {"_type": "randint", "_value": [0, 3]}}, {}, "exactly one"),
+    (network_space(), {"weights": {"nope": 2}}, "classArg 'weights' names layer 'nope'"),
+])
+def test_bad_network_spaces_and_weights_name_the_rule(space, class_args, message):
+    with pytest.raises(ValueError, match=message.replace("{", r"\{").replace("(", r"\(")):
+        NetworkTuner(**class_args).update_search_space(space)
+
+
+@pytest.mark.parametrize("class_args, message", [
+    ({"tuner": "TPE"}, "classArg 'tuner' must name a tuner of this package"),
+    ({"tuner_args": {"seed": 1}}, "classArg 'tuner_args' must not set 'seed'"),
+    ({"tuner_args": {"parents_size": 0}}, "classArg 'parents_size' must be an integer >= 1"),
+    ({"weights": {"big": 0}}, "classArg 'weights' must give each layer a positive number"),
+    ({"allocator": "greedy"}, "classArg 'allocator' must be 'gradient' or 'round-robin'"),
+])
+def test_bad_class_args_name_the_class_arg(class_args, message):
+    with pytest.raises(ValueError, match=message):
+        NetworkTuner(**class_args)
+    assert SpaceError  # the space errors above are SpaceErrors, ValueErrors naming the parameter
+
+
+def test_the_named_networks_and_a_network_file(tmp_path):
+    assert [x.name for x in networks.lookup("alexnet")] == ["conv1", "conv2", "conv3", "conv4", "conv5", "fc6", "fc7",
+                                                            "fc8"]
+    resnet = networks.lookup("resnet18")
+    assert sum(x.count for x in resnet if x.workload.family == "conv2d") == 20  # ResNet-18's convolutions
+    assert networks.layer("resnet18", "R2").count == 4 and networks.layer("resnet18", "fc").workload.shape["k"] == 512
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps({"layers": [
+        {"name": "mm", "count": 2, "workload": {"family": "matmul", "shape": {"n": 8, "k": 16, "m": 32}}}]}))
+    (layer,) = networks.lookup(str(path))
+    assert (layer.name, layer.count, layer.workload.name) == ("mm", 2, "tiny.mm")
+    path.write_text(json.dumps({"layers": [{"name": "mm", "count": 0, "workload": {}}]}))
+    networks._from_file.cache_clear()
+    with pytest.raises(ValueError, match="layer 'mm': 'count' must be an integer >= 1"):
+        networks.lookup(str(path))
+    with pytest.raises(ValueError, match="unknown network 'vgg'"):
+        networks.lookup("vgg")
+    with pytest.raises(ValueError, match="network alexnet has no layer 'fc9'"):
+        networks.layer("alexnet", "fc9")
+
+
+def test_the_trial_codes_constraint_checks_the_layer_a_network_tuner_names():
+    fc8 = {"tile_n": [1, 1, 1], "tile_m": [10, 25, 4], "tile_k": [64, 64], "block_order": ["n", "m", "k"]}
+    assert constraint.feasible(fc8, network="alexnet", layer="fc8", target="cpu")
+    too_wide = {**fc8, "tile_m": [1, 10, 100]}
+    assert not constraint.feasible(too_wide, network="alexnet", layer="fc8", target="cpu")
+    with pytest.raises(ValueError, match="no layer"):
+        constraint.feasible(fc8, network="alexnet", target="cpu")
+
+
+def test_a_network_trial_runs_the_layer_its_parameters_name():
+    params = {"layer": {"_name": "fc8", "tile_n": [1, 1, 1], "tile_m": [10, 25, 4], "tile_k": [64, 64],
+                        "block_order": ["n", "m", "k"]}}
+    out = subprocess.run([sys.executable, "-m", "trial_code.trial", "--network", "alexnet", "--target", "cpu",
+                          "--min-repeat-ms", "5", "--params", json.dumps(params)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    report = json.loads(out.stdout)
+    assert report["status"] == "NO_ERROR" and report["default"] > 0, report
+
+
+def test_an_untuned_layer_runs_at_tvms_default_schedule():
+    small = workloads.make("conv2d", name="c", batch=1, in_channels=4, height=10, width=10, out_channels=8,
+                           kernel_h=3, kernel_w=3, stride=1, padding=1)
+    result = evaluate(small, None, targets.cpu(), Limits(min_repeat_ms=5))
+    assert result.status is Status.NO_ERROR and result.latency_ms > 0, result.error
+
+
+def test_spaces_writes_a_network_experiment(tmp_path):
+    from trial_code import make_spaces
+
+    network = tmp_path / "tiny.json"
+    network.write_text(json.dumps({"layers": [
+        {"name": "mm", "count": 3, "workload": {"family": "matmul", "shape": {"n": 16, "k": 32, "m": 64}}},
+        {"name": "conv", "workload": {"family": "conv2d", "shape": {"batch": 1, "in_channels": 4, "height": 10,
+                                                                   "width": 10, "out_channels": 8, "kernel_h": 3,
+                                                                   "padding": 1}}}]}))
+    make_spaces.main(["--network", str(network), "--root", str(tmp_path)])
+    config = yaml.safe_load((tmp_path / "experiments" / "tiny" / "opevo-cpu.yml").read_text())
+    assert config["tuner"]["className"] == "nni_opevo.NetworkTuner"
+    args = config["tuner"]["classArgs"]
+    assert args["weights"] == {"mm": 3.0, "conv": 1.0} and args["tuner"] == "OpEvoTuner"
+    assert args["constraint_args"] == {"network": str(network), "target": "cpu"}
+    assert f"--network {network} --target cpu" in config["trialCommand"] and config["maxTrialNumber"] == 64
+    space = json.loads((tmp_path / "search_spaces" / "tiny.cpu.json").read_text())
+    assert [o["_name"] for o in space["layer"]["_value"]] == ["mm", "conv"]
+    NetworkTuner(**args).update_search_space(space)  # the tuner takes what was written
+
+
+@pytest.mark.slow
+def test_a_network_experiment_under_nnictl_ends_with_its_end_to_end_latency(tmp_path):
+    """A two-layer network tuned by one NNI experiment, then exported: each layer's best
+    re-measured (or TVM's default schedule where no trial reached it) and the network's latency
+    exactly the sum of count x latency."""
+    from trial_code.experiment_client import NNICTL, created_id
+
+    network = tmp_path / "tiny.json"
+    network.write_text(json.dumps({"layers": [
+        {"name": "mm", "count": 3, "workload": {"family": "matmul", "shape": {"n": 16, "k": 32, "m": 64}}},
+        {"name": "conv", "workload": {"family": "conv2d", "shape": {"batch": 1, "in_channels": 4, "height": 10,
+                                                                   "width": 10, "out_channels": 8, "kernel_h": 3,
+                                                                   "padding": 1}}}]}))
+    env = {**os.environ, "HOME": str(tmp_path), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    subprocess.run([sys.executable, "-m", "trial_code.make_spaces", "--network", str(network), "--root", str(tmp_path)],
+                   cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
+    config_path = tmp_path / "experiments" / "tiny" / "opevo-cpu.yml"
+    config = yaml.safe_load(config_path.read_text())
+    config["maxTrialNumber"] = 6
+    config["trialCommand"] += " --min-repeat-ms 5"
+    config_path.write_text(yaml.safe_dump(config))
+    from nni_experiment import free_port
+
+    out = subprocess.run([sys.executable, "-m", "trial_code.launch", "--config", str(config_path), "--port",
+                          str(free_port()), "--every", "2", "--top-k", "1"], env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=900)
+    experiment = created_id(out.stdout.replace("experiment ", "nnictl stop ", 1))
+    try:
+        assert out.returncode == 0, out.stdout + out.stderr
+        folder = tmp_path / "nni-experiments" / str(experiment) / "export"
+        result = json.loads((folder / "network.json").read_text())
+        layers = {x["name"]: x for x in result["layers"]}
+        assert set(layers) == {"mm", "conv"} and all(x["latency_ms"] > 0 for x in layers.values())
+        assert sum(x["trials"] for x in layers.values()) == 6
+        assert result["latency_ms"] == pytest.approx(3 * layers["mm"]["latency_ms"] + layers["conv"]["latency_ms"])
+        assert "tiny.json" in out.stdout or "tiny" in out.stdout
+        assert "end to end" in out.stdout and "| **network** |" in out.stdout
+        assert (folder / "mm").is_dir() and (folder / "conv").is_dir()
+    finally:
+        if experiment:
+            subprocess.run([*NNICTL, "stop", experiment], env=env, capture_output=True, timeout=120)
+
+
+TINY = {"layers": [
+    {"name": "mm", "count": 3, "workload": {"family": "matmul", "shape": {"n": 16, "k": 32, "m": 64}}},
+    {"name": "conv", "workload": {"family": "conv2d", "shape": {"batch": 1, "in_channels": 4, "height": 10,
+                                                               "width": 10, "out_channels": 8, "kernel_h": 3,
+                                                               "padding": 1}}}]}
+
+
+def test_the_network_latency_after_each_trial_counts_untuned_layers_at_the_default(tmp_path):
+    from benchmarks import network_report
+
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY))
+    mm_flops = 2 * 16 * 32 * 64
+    rows = [{"tflops": str(mm_flops / 1e9 / 0.5), "configuration": json.dumps({"layer": {"_name": "mm"}})},
+            {"tflops": "0.0", "configuration": json.dumps({"layer": {"_name": "conv"}})},
+            {"tflops": str(mm_flops / 1e9 / 0.25), "configuration": json.dumps({"layer": {"_name": "mm"}})}]
+    curve = network_report.latency_curve(rows, str(path), {"mm": 2.0, "conv": 1.0})
+    assert curve == pytest.approx([3 * 0.5 + 1.0, 3 * 0.5 + 1.0, 3 * 0.25 + 1.0])
+
+
+@pytest.mark.slow
+def test_the_benchmark_tunes_a_network_with_each_allocator_and_metaschedule(tmp_path):
+    """The harness runs NetworkTuners (gradient and round-robin) and MetaSchedule's task
+    scheduler on the same network, times its layers at TVM's default schedule once, and
+    reports the network's latency against total trials."""
+    from benchmarks.__main__ import main
+
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY))
+    out = tmp_path / "bench"
+    main(["--objective", "network", "--target", "cpu", "--workloads", str(path), "--tuners", "opevo",
+          "opevo@round-robin", "metaschedule:num_trials_per_iter=2", "--seeds", "1", "--budget", "4", "--out", str(out),
+          "--no-progress"])
+    rows = list(csv_rows(out / "trials.csv"))
+    assert {r["tuner"] for r in rows} == {"opevo", "opevo@round-robin", "metaschedule:num_trials_per_iter=2"}
+    for tuner in ("opevo", "opevo@round-robin"):
+        layers = [networks.split(json.loads(r["configuration"]))[0] for r in rows if r["tuner"] == tuner]
+        assert len(layers) == 4 and set(layers) == {"mm", "conv"}  # the warm-up or the rotation reaches both
+    defaults = json.loads((out / "defaults.json").read_text())[str(path)]["llvm"]
+    assert set(defaults) == {"mm", "conv"} and all(v > 0 for v in defaults.values())
+    table = (out / "networks.md").read_text()
+    assert "sum of count x layer latency" in table and "opevo@round-robin" in table and "metaschedule" in table
+    assert (out / "network_vs_trials.png").exists() and not (out / "summary.md").exists()
+
+
+def csv_rows(path):
+    import csv
+
+    with open(path, newline="") as handle:
+        yield from csv.DictReader(handle)

@@ -1,0 +1,152 @@
+"""A network experiment's result: each layer's best kernel re-measured, and the network's
+latency as the sum over its layers of count x that latency.
+
+For every layer of the network (``networks``), the experiment's top-k configurations of that
+layer are rebuilt and re-measured like a single workload's (``export.remeasure``); a layer
+with no working kernel (untried, or every trial failed) is measured at TVM's default schedule
+(``kernel.scheduled`` with no parameters), which is what it would run untuned. The network's
+latency is then exactly sum_i count_i x latency_i, nothing more: no fusion between layers, no
+layout changes between them, no layers no template covers (activations, pooling). Written to
+``--out``: ``network.json`` (schema ``nni-opevo/network/1``), ``network.md`` (the table), and
+per layer ``<layer>/best.<cu|ll>`` and ``<layer>/kernels/``.
+
+Where the experiment ran on a GPU that this machine lacks, nothing is re-measured: each
+layer's latency is its best trial's reported one, and an untried layer has none (the sum is
+then missing too).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import networks, targets
+from .evaluate import Limits, evaluate
+from .experiment_client import ExperimentDatabase, Trial
+from .status import Status
+
+SCHEMA = "nni-opevo/network/1"
+
+
+@dataclass(frozen=True)
+class LayerBest:
+    name: str
+    count: int
+    workload: dict[str, Any]
+    schedule: str
+    """"tuned" (the experiment's best configuration), "default" (TVM's default schedule), or
+    "none" (nothing could be built or measured here)."""
+    parameter_id: int | None
+    parameters: dict[str, Any] | None
+    latency_ms: float | None
+    tflops: float | None
+    remeasured: bool
+    trials: int
+    """The experiment's trials of this layer (reported, failures included)."""
+
+
+@dataclass(frozen=True)
+class NetworkBest:
+    experiment: str
+    network: str
+    target: dict[str, Any]
+    layers: list[LayerBest]
+
+    @property
+    def latency_ms(self) -> float | None:
+        """sum over layers of count x latency; None while a layer has none."""
+        if any(layer.latency_ms is None for layer in self.layers):
+            return None
+        return sum(layer.count * layer.latency_ms for layer in self.layers)  # type: ignore[operator]
+
+    def headline(self) -> str:
+        tuned = sum(layer.schedule == "tuned" for layer in self.layers)
+        total = self.latency_ms
+        shown = f"{total:.4f} ms" if total is not None else "unknown (a layer has no latency)"
+        measured = "re-measured" if all(layer.remeasured for layer in self.layers) else "as reported"
+        return (f"{self.network}: {shown} end to end, {measured}: the sum over its {len(self.layers)} layers of count x "
+                f"latency ({tuned} tuned, {len(self.layers) - tuned} at TVM's default schedule)")
+
+    def table(self) -> str:
+        total = self.latency_ms
+        lines = ["| layer | count | schedule | trials | latency ms | count x latency ms | share | GFLOPS |",
+                 "|---|---:|---|---:|---:|---:|---:|---:|"]
+        for layer in self.layers:
+            part = layer.count * layer.latency_ms if layer.latency_ms is not None else None
+            share = f"{part / total:.0%}" if part is not None and total else "-"
+            gflops = f"{layer.tflops * 1e3:.1f}" if layer.tflops else "-"
+            lines.append(f"| {layer.name} | {layer.count} | {layer.schedule} | {layer.trials} | {_ms(layer.latency_ms)} "
+                         f"| {_ms(part)} | {share} | {gflops} |")
+        lines.append(f"| **network** | | | {sum(x.trials for x in self.layers)} | | **{_ms(total)}** | | |")
+        return "\n".join(lines) + "\n"
+
+    def write(self, folder: str) -> str:
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, "network.json")
+        with open(path, "w") as handle:
+            json.dump({"schema": SCHEMA, **asdict(self), "latency_ms": self.latency_ms}, handle, indent=2)
+            handle.write("\n")
+        with open(os.path.join(folder, "network.md"), "w") as handle:
+            handle.write(f"{self.headline()}\n\n{self.table()}")
+        return path
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.4f}" if value is not None else "-"
+
+
+def export(folder: str, database: ExperimentDatabase, trial_args: argparse.Namespace, top_k: int, limits: Limits,
+           out: str) -> NetworkBest:
+    """Re-measure every layer's best (see the module docstring) and write the result to ``out``."""
+    from .export import best_of, remeasure  # the single-workload steps, per layer
+
+    network = trial_args.network
+    target = targets.resolve(trial_args.target)
+    measured = target.kind != "cuda" or target.has_device
+    by_layer: dict[str, list[Trial]] = {}
+    for trial in database.ranked():
+        try:
+            name, inner = networks.split(trial.parameters)
+        except ValueError:
+            continue  # a customized trial of another shape: not a layer's
+        by_layer.setdefault(name, []).append(trial._replace(parameters=inner))
+    extension = "cu" if target.kind == "cuda" else "ll"
+    built_for = ""
+    layers = []
+    for layer in networks.lookup(network):
+        trials = by_layer.get(layer.name, [])
+        working = [t for t in trials if t.value > 0]
+        where = os.path.join(out, layer.name)
+        print(f"{layer.name} (x{layer.count}): {len(trials)} trials, {len(working)} working", flush=True)
+        found = None
+        if working:
+            rows = remeasure(working[:top_k], layer.workload, target, limits, measured, os.path.join(where, "kernels"))
+            if any(result.status is Status.NO_ERROR for _, result, _ in rows):
+                found = best_of(rows, measured)
+        if found is not None:
+            trial, result, source = found
+            shutil.copyfile(source, os.path.join(where, f"best.{extension}"))
+            built_for = built_for or result.arch
+            reported = trial.result.get("latency_ms") if isinstance(trial.result, dict) else None
+            latency = result.latency_ms if measured else reported
+            layers.append(LayerBest(layer.name, layer.count, layer.workload.to_json(), "tuned", trial.parameter_id,
+                                    trial.parameters, latency, result.tflops if measured else trial.value, measured,
+                                    len(trials)))
+            continue
+        os.makedirs(where, exist_ok=True)
+        source = os.path.join(where, f"default.{extension}")
+        result = evaluate(layer.workload, None, target, limits, build_only=not measured, source_path=source)
+        ok = result.status is Status.NO_ERROR and measured
+        print(f"  TVM's default schedule: {result.status.name}"
+              + (f" {result.latency_ms:.4f} ms" if ok else f" {result.error}"), flush=True)
+        layers.append(LayerBest(layer.name, layer.count, layer.workload.to_json(), "default" if ok else "none", None,
+                                None, result.latency_ms if ok else None, result.tflops if ok else None, ok,
+                                len(trials)))
+    if target.kind == "llvm" and built_for:
+        target = targets.Target(**{**target.to_json(), "mcpu": built_for})
+    best = NetworkBest(os.path.basename(os.path.normpath(folder)), network, target.to_json(), layers)
+    best.write(out)
+    return best
