@@ -21,6 +21,11 @@ from trial_code.status import Status
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {"big": [256, 2], "mid": [64, 2], "flat": [16, 2]}
+TINY = {"layers": [
+    {"name": "mm", "count": 3, "workload": {"family": "matmul", "shape": {"n": 16, "k": 32, "m": 64}}},
+    {"name": "conv", "workload": {"family": "conv2d", "shape": {"batch": 1, "in_channels": 4, "height": 10,
+                                                               "width": 10, "out_channels": 8, "kernel_h": 3,
+                                                               "padding": 1}}}]}
 
 
 def network_space(layers=LAYERS):
@@ -202,11 +207,7 @@ def test_spaces_writes_a_network_experiment(tmp_path):
     from trial_code import make_spaces
 
     network = tmp_path / "tiny.json"
-    network.write_text(json.dumps({"layers": [
-        {"name": "mm", "count": 3, "workload": {"family": "matmul", "shape": {"n": 16, "k": 32, "m": 64}}},
-        {"name": "conv", "workload": {"family": "conv2d", "shape": {"batch": 1, "in_channels": 4, "height": 10,
-                                                                   "width": 10, "out_channels": 8, "kernel_h": 3,
-                                                                   "padding": 1}}}]}))
+    network.write_text(json.dumps(TINY))
     make_spaces.main(["--network", str(network), "--root", str(tmp_path)])
     config = yaml.safe_load((tmp_path / "experiments" / "tiny" / "opevo-cpu.yml").read_text())
     assert config["tuner"]["className"] == "nni_opevo.NetworkTuner"
@@ -227,11 +228,7 @@ def test_a_network_experiment_under_nnictl_ends_with_its_end_to_end_latency(tmp_
     from trial_code.experiment_client import NNICTL, created_id
 
     network = tmp_path / "tiny.json"
-    network.write_text(json.dumps({"layers": [
-        {"name": "mm", "count": 3, "workload": {"family": "matmul", "shape": {"n": 16, "k": 32, "m": 64}}},
-        {"name": "conv", "workload": {"family": "conv2d", "shape": {"batch": 1, "in_channels": 4, "height": 10,
-                                                                   "width": 10, "out_channels": 8, "kernel_h": 3,
-                                                                   "padding": 1}}}]}))
+    network.write_text(json.dumps(TINY))
     env = {**os.environ, "HOME": str(tmp_path), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
     subprocess.run([sys.executable, "-m", "trial_code.make_spaces", "--network", str(network), "--root", str(tmp_path)],
                    cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
@@ -260,13 +257,6 @@ def test_a_network_experiment_under_nnictl_ends_with_its_end_to_end_latency(tmp_
     finally:
         if experiment:
             subprocess.run([*NNICTL, "stop", experiment], env=env, capture_output=True, timeout=120)
-
-
-TINY = {"layers": [
-    {"name": "mm", "count": 3, "workload": {"family": "matmul", "shape": {"n": 16, "k": 32, "m": 64}}},
-    {"name": "conv", "workload": {"family": "conv2d", "shape": {"batch": 1, "in_channels": 4, "height": 10,
-                                                               "width": 10, "out_channels": 8, "kernel_h": 3,
-                                                               "padding": 1}}}]}
 
 
 def test_the_network_latency_after_each_trial_counts_untuned_layers_at_the_default(tmp_path):
