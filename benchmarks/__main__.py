@@ -34,7 +34,7 @@ from pathlib import Path
 from trial_code import targets
 from trial_code.evaluate import Limits
 
-from . import catalog, kernel_tuner_strategies, metaschedule, network_report, report
+from . import catalog, kernel_tuner_strategies, metaschedule, network_end_to_end, network_report, report
 from .objectives import SYNTHETIC, Cache, Live, Network, Objective, Recorded, Synthetic
 from .runner import Plan, run
 
@@ -139,6 +139,9 @@ def main(argv: list[str] | None = None) -> None:
                     args.out, objective.workload, objective.target) is None:
                 print(f"{objective.workload}: timing each layer at TVM's default schedule", flush=True)
                 network_report.record_defaults(args.out, objective.workload, objective.target, objective.defaults())
+            if isinstance(objective, Network):  # the untuned network as one program, once
+                network_end_to_end.record(args.out, objective.workload, objective.device, network_end_to_end.DEFAULT, "",
+                                          objective.limits)
         run(plan, csv_path, progress=not args.no_progress)
     for path in report.write(csv_path, args.out, args.budgets):
         print(path)

@@ -77,18 +77,19 @@ class Measured:
 
 def run(workload: Workload, target: Target, limits: Limits, spec: str, seed: int, budget: int) -> list[Measured]:
     """Tune ``workload`` with MetaSchedule for ``budget`` measured trials; every measurement in order."""
-    return _tune([("", workload, 1)], target, limits, spec, seed, budget)
+    return _tune([("", workload, 1)], target, limits, spec, seed, budget)[0]
 
 
 def run_network(layers: list[Any], target: Target, limits: Limits, spec: str, seed: int, budget: int
-                ) -> list[Measured]:
+                ) -> tuple[list[Measured], dict[str, Any]]:
     """A network's layers (``trial_code.networks.Layer``) as MetaSchedule's tasks, weighted by their
-    counts, under its gradient task scheduler (Ansor's) and one budget of ``budget`` trials."""
+    counts, under its gradient task scheduler (Ansor's) and one budget of ``budget`` trials; with
+    each tuned layer's best scheduled PrimFunc (from its database), to build the whole network."""
     return _tune([(x.name, x.workload, x.count) for x in layers], target, limits, spec, seed, budget)
 
 
 def _tune(tasks: list[tuple[str, Workload, int]], target: Target, limits: Limits, spec: str, seed: int,
-          budget: int) -> list[Measured]:
+          budget: int) -> tuple[list[Measured], dict[str, Any]]:
     import tvm
     from tvm import te
     from tvm.ir.utils import derived_object
@@ -129,9 +130,14 @@ def _tune(tasks: list[tuple[str, Workload, int]], target: Target, limits: Limits
                            space_generator="post-order-apply", search_strategy="evolutionary", task_name=name,
                            rand_state=state, num_threads="physical").clone()
             for name, (_, w, _), state in zip(names, tasks, fork_seed(seed, n=len(tasks)))]
-        ms.tune_tasks(tasks=contexts, task_weights=[float(count) for _, _, count in tasks], work_dir=work_dir,
+        database = ms.tune_tasks(tasks=contexts, task_weights=[float(count) for _, _, count in tasks], work_dir=work_dir,
                       max_trials_global=budget, num_trials_per_iter=settings["num_trials_per_iter"],
                       builder=ms.builder.LocalBuilder(timeout_sec=limits.build_timeout), runner=runner,
                       database="memory", measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
                                                             Record()], task_scheduler="gradient")
-    return measured[:budget]
+        best = {}
+        for name, context in zip(names, contexts):
+            found = database.query_ir_module(context.mod, target=host, workload_name=name)
+            if found is not None:
+                best[name] = found["main"]
+    return measured[:budget], best

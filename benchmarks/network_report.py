@@ -8,7 +8,9 @@ TVM's default schedule (measured once per network and target at the start of the
 * ``network_vs_trials.png`` / ``network_vs_time.png``: mean ± sample std over seeds, one panel
   per network, the latency axis logarithmic (the first trials start from the default schedule).
 * ``networks.md``: mean ± sample std network latency after a quarter, half and all of the
-  budget per tuner, the lowest mean in bold.
+  budget per tuner, the lowest mean in bold; then, where ``end_to_end.csv`` has them
+  (``network_end_to_end``), the whole network built with each run's final kernels and timed as
+  one program, beside that run's sum.
 """
 from __future__ import annotations
 
@@ -60,7 +62,8 @@ def _curves(seeds: dict[str, list[dict[str, str]]], network: str, defaults: dict
     return np.array([np.concatenate([c, np.full(length - len(c), c[-1])]) for c in curves])
 
 
-def table(runs: dict[str, dict[str, dict[str, list[dict[str, str]]]]], defaults: dict[str, dict]) -> str:
+def table(runs: dict[str, dict[str, dict[str, list[dict[str, str]]]]], defaults: dict[str, dict],
+          whole: dict[tuple[str, str, str, str], dict[str, str]] | None = None, target: str = "") -> str:
     from .report import sample_std
 
     lines = []
@@ -81,7 +84,52 @@ def table(runs: dict[str, dict[str, dict[str, list[dict[str, str]]]]], defaults:
                 cells.append(f"**{cell}**" if means[tuner][i] == lowest[i] else cell)
             lines.append(f"| {tuner} | {len(tuners[tuner])} | " + " | ".join(cells) + " |")
         lines.append("")
+        lines += _whole_network(network, tuners, curves, defaults[network], whole or {}, target)
     return "\n".join(lines)
+
+
+def _whole_network(network: str, tuners: dict[str, dict[str, list[dict[str, str]]]], curves: dict[str, np.ndarray],
+                   defaults: dict[str, float | None], whole: dict[tuple[str, str, str, str], dict[str, str]],
+                   target: str) -> list[str]:
+    """The table of each run's sum after its last trial against its whole network built and timed."""
+    from .network_end_to_end import DEFAULT
+    from .report import sample_std
+
+    measured = {k: r for k, r in whole.items() if k[0] == network and k[1] == target}
+    if not measured:
+        return []
+
+    def cell(values: list[float]) -> str:
+        return f"{np.mean(values):.4g} ± {sample_std(np.array(values)):.2g}" if values else "-"
+
+    lines = [f"#### {network}: the whole network built with the final kernels and timed as one program (ms)", "",
+             "| tuner | runs built | sum of count x layer latency | whole network | whole / sum | failed |",
+             "|---|---|---|---|---|---|"]
+    entries: list[tuple[str, list[float], list[float], list[str]]] = []
+    default_row = measured.get((network, target, DEFAULT, ""))
+    if default_row is not None and all(v is not None for v in defaults.values()):
+        layers = networks.lookup(network)
+        total = sum(x.count * defaults[x.name] for x in layers)  # type: ignore[operator]
+        ok = not default_row["error"]
+        entries.append(("TVM's default schedule (untuned)", [total] if ok else [],
+                        [float(default_row["end_to_end_ms"])] if ok else [], [default_row["error"]] if not ok else []))
+    for tuner in sorted(tuners, key=lambda t: float(np.mean(curves[t][:, -1]))):
+        sums, times, errors = [], [], []
+        for i, seed in enumerate(tuners[tuner]):
+            row = measured.get((network, target, tuner, seed))
+            if row is None:
+                continue
+            if row["error"]:
+                errors.append(row["error"])
+                continue
+            sums.append(float(curves[tuner][i, len(tuners[tuner][seed]) - 1]))
+            times.append(float(row["end_to_end_ms"]))
+        entries.append((tuner, sums, times, errors))
+    for name, sums, times, errors in entries:
+        ratio = cell([t / s for s, t in zip(sums, times)])
+        failed = "; ".join(sorted(set(errors))) or "-"
+        lines.append(f"| {name} | {len(times)} | {cell(sums)} | {cell(times)} | {ratio} | {failed} |")
+    return lines + [""]
 
 
 def plot(runs: dict[str, dict[str, dict[str, list[dict[str, str]]]]], defaults: dict[str, dict], out: Path
@@ -127,6 +175,8 @@ def write(runs: dict[str, dict[str, dict[str, list[dict[str, str]]]]], out: Path
     known = {n: t for n, t in runs.items() if defaults[n] is not None}
     if not known:
         return []
+    from .network_end_to_end import read
+
     path = out / "networks.md"
-    path.write_text(table(known, defaults))
+    path.write_text(table(known, defaults, read(out), target))
     return [path, *plot(known, defaults, out)]

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from trial_code import networks
 
-from . import catalog, kernel_tuner_strategies, metaschedule
+from . import catalog, kernel_tuner_strategies, metaschedule, network_end_to_end
 from .dispatch import Trial, drive
 from .objectives import Cache, Live, Network, Objective, config_key
 from .table import read_rows
@@ -83,7 +83,7 @@ def run(plan: Plan, csv_path: Path, progress: bool = True) -> None:
             for objective, tuner_spec, seed in runs:
                 rows = sorted(existing.get((objective.workload, tuner_spec, str(seed)), []),
                               key=lambda r: int(r["index"]))
-                _one(plan, objective, tuner_spec, seed, rows, writer, handle, bar)
+                _one(plan, objective, tuner_spec, seed, rows, writer, handle, bar, csv_path.parent)
     except OSError as e:
         raise OSError(e.errno, f"cannot write {csv_path}: {e.strerror}; every trial written before is kept: make "
                                "room and run the same command again to resume") from e
@@ -108,19 +108,21 @@ def drop_partial_row(csv_path: Path) -> None:
 
 
 def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: list[dict[str, str]],
-         writer: csv.DictWriter, handle: TextIO, bar: Progress) -> None:
+         writer: csv.DictWriter, handle: TextIO, bar: Progress, out: Path) -> None:
     label = f"{objective.workload} {tuner_spec} seed {seed}"
     done = len(rows)
     best = max((float(r["tflops"]) for r in rows), default=0.0)
     started = time.time()
     if done >= plan.budget:
         bar.finished(label + " (already in the CSV)", done, best, started)
+        if isinstance(objective, Network) and not metaschedule.is_peer(tuner_spec):
+            _end_to_end(objective, tuner_spec, seed, out, params=network_end_to_end.best_params(rows))
         return
     if kernel_tuner_strategies.is_strategy(tuner_spec):
         _one_kernel_tuner(plan, objective, tuner_spec, seed, done, writer, handle, bar, label)
         return
     if metaschedule.is_peer(tuner_spec):
-        _one_metaschedule(plan, objective, tuner_spec, seed, writer, handle, bar, label)
+        _one_metaschedule(plan, objective, tuner_spec, seed, writer, handle, bar, label, out)
         return
     if objective.layers:  # a network: one tuner per layer behind a NetworkTuner, weighted by the layers' counts
         weights = {layer.name: layer.count for layer in objective.layers}
@@ -131,10 +133,13 @@ def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: lis
     offset = max((float(r["finished_s"]) for r in rows), default=0.0)
     first_id = max((int(r["parameter_id"]) for r in rows), default=-1) + 1
 
+    written = list(rows)
+
     def record(trial: Trial) -> None:
         nonlocal best
         report: dict[str, Any] = trial.result or {}
         best = max(best, float(report.get("default") or 0.0))
+        written.append({"tflops": str(report.get("default") or 0.0), "configuration": config_key(trial.parameters)})
         writer.writerow({
             "objective": objective.kind, "workload": objective.workload, "target": objective.target,
             "tuner": tuner_spec, "seed": seed, "index": done + trial.finish_order, "parameter_id": trial.parameter_id,
@@ -155,6 +160,14 @@ def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: lis
         if pool is not None:
             pool.shutdown()
     bar.finished(label + (" (space exhausted)" if result.exhausted else ""), done + len(result.trials), best, started)
+    if isinstance(objective, Network):
+        _end_to_end(objective, tuner_spec, seed, out, params=network_end_to_end.best_params(written))
+
+
+def _end_to_end(objective: Network, tuner_spec: str, seed: int, out: Path, **kernels: Any) -> None:
+    """The run's kernels built into the whole network and timed (``network_end_to_end``)."""
+    network_end_to_end.record(out, objective.workload, objective.device, tuner_spec, str(seed), objective.limits,
+                              **kernels)
 
 
 def _one_kernel_tuner(plan: Plan, objective: Objective, spec: str, seed: int, done: int, writer: csv.DictWriter,
@@ -184,11 +197,12 @@ def _one_kernel_tuner(plan: Plan, objective: Objective, spec: str, seed: int, do
 
 
 def _one_metaschedule(plan: Plan, objective: Objective, spec: str, seed: int, writer: csv.DictWriter,
-                      handle: TextIO, bar: Progress, label: str) -> None:
+                      handle: TextIO, bar: Progress, label: str, out: Path) -> None:
     started = time.time()
+    scheduled = None
     if isinstance(objective, Network):
-        measured = metaschedule.run_network(objective.layers, objective.device, objective.limits, spec, seed,
-                                            plan.budget)
+        measured, scheduled = metaschedule.run_network(objective.layers, objective.device, objective.limits, spec,
+                                                       seed, plan.budget)
     elif isinstance(objective, Live):
         measured = metaschedule.run(objective.operator, objective.device, objective.limits, spec, seed, plan.budget)
     else:
@@ -209,3 +223,5 @@ def _one_metaschedule(plan: Plan, objective: Objective, spec: str, seed: int, wr
     handle.flush()
     best = max((m.tflops for m in measured), default=0.0)
     bar.finished(label, len(measured), best, started)
+    if isinstance(objective, Network):
+        _end_to_end(objective, spec, seed, out, scheduled=scheduled)
