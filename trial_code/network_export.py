@@ -8,7 +8,9 @@ with no working kernel (untried, or every trial failed) is measured at TVM's def
 latency is then exactly sum_i count_i x latency_i, nothing more: no fusion between layers, no
 layout changes between them, no layers no template covers (activations, pooling). Written to
 ``--out``: ``network.json`` (schema ``nni-opevo/network/1``), ``network.md`` (the table), and
-per layer ``<layer>/best.<cu|ll>`` and ``<layer>/kernels/``.
+per layer ``<layer>/best.<cu|ll>`` and ``<layer>/kernels/``. A named network is then also built
+as one TVM program with these kernels and timed (``network_graph``: ``whole_network_ms``),
+which shows what the sum leaves out.
 
 Where the experiment ran on a GPU that this machine lacks, nothing is re-measured: each
 layer's latency is its best trial's reported one, and an untried layer has none (the sum is
@@ -54,6 +56,10 @@ class NetworkBest:
     network: str
     target: dict[str, Any]
     layers: list[LayerBest]
+    whole_network_ms: float | None = None
+    """The network built as one program with these kernels and timed (``network_graph``); None
+    where it has no graph, was not measured here, or could not be built (``whole_network_error``)."""
+    whole_network_error: str = ""
 
     @property
     def latency_ms(self) -> float | None:
@@ -67,8 +73,14 @@ class NetworkBest:
         total = self.latency_ms
         shown = f"{total:.4f} ms" if total is not None else "unknown (a layer has no latency)"
         measured = "re-measured" if all(layer.remeasured for layer in self.layers) else "as reported"
-        return (f"{self.network}: {shown} end to end, {measured}: the sum over its {len(self.layers)} layers of count x "
+        line = (f"{self.network}: {shown} end to end, {measured}: the sum over its {len(self.layers)} layers of count x "
                 f"latency ({tuned} tuned, {len(self.layers) - tuned} at TVM's default schedule)")
+        if self.whole_network_ms is not None:
+            line += (f"; the whole network built with these kernels as one TVM program (bias, ReLU and pooling by "
+                     f"TVM): {self.whole_network_ms:.4f} ms")
+        elif self.whole_network_error:
+            line += f"; the whole network could not be built and timed: {self.whole_network_error}"
+        return line
 
     def table(self) -> str:
         total = self.latency_ms
@@ -145,8 +157,26 @@ def export(folder: str, database: ExperimentDatabase, trial_args: argparse.Names
         layers.append(LayerBest(layer.name, layer.count, layer.workload.to_json(), "default" if ok else "none", None,
                                 None, result.latency_ms if ok else None, result.tflops if ok else None, ok,
                                 len(trials)))
+    whole, error = _whole_network(network, layers, target, limits) if measured else (None, "")
     if target.kind == "llvm" and built_for:
         target = targets.Target(**{**target.to_json(), "mcpu": built_for})
-    best = NetworkBest(os.path.basename(os.path.normpath(folder)), network, target.to_json(), layers)
+    best = NetworkBest(os.path.basename(os.path.normpath(folder)), network, target.to_json(), layers, whole, error)
     best.write(out)
     return best
+
+
+def _whole_network(network: str, layers: list[LayerBest], target: targets.Target, limits: Limits
+                   ) -> tuple[float | None, str]:
+    """The network with each layer's chosen kernel built as one program and timed (a named
+    network only: ``network_graph``); (latency, "") or (None, why not)."""
+    from . import network_graph
+
+    if not network_graph.has_graph(network):
+        return None, ""
+    print(f"{network}: building the whole network with these kernels", flush=True)
+    try:
+        params = {layer.name: layer.parameters for layer in layers if layer.schedule == "tuned"}
+        found = network_graph.measure(network, network_graph.kernels(network, params, target), target, limits)
+    except Exception as e:  # reported beside the sum, which stands on its own
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return found.latency_ms, ""

@@ -50,7 +50,7 @@ class WrongNetwork(Exception):
     """The network built with our kernels computes something else than TVM's own operators."""
 
 
-class _Graph:
+class Graph:
     """Builds one network's Relax function: ``layer`` calls a tunable layer, the rest are Relax ops.
 
     Weights are the function's parameters after the image (each call of a layer its own), so
@@ -80,6 +80,9 @@ class _Graph:
         op = self.relax.op
         workload = self.layers[name].workload
         tensors = for_workload(workload).compute(workload)
+        wanted, given = [int(d) for d in tensors[0].shape], [int(d) for d in x.ty.shape]
+        if given != wanted:  # the graph and the layer list must agree on every shape
+            raise AssertionError(f"layer {name} takes {wanted}, the graph gives it {given}")
         weight = self.weight(tuple(int(d) for d in tensors[1].shape))
         self.calls[name] += 1
         if self.kernels is None:
@@ -103,7 +106,7 @@ class _Graph:
     def max_pool(self, x: Any, padding: int = 0) -> Any:
         return self.emit(self.relax.op.nn.max_pool2d(x, pool_size=3, strides=2, padding=padding))
 
-    def build(self, image: tuple[int, ...], body: Callable[[_Graph, Any], Any]) -> Any:
+    def build(self, image: tuple[int, ...], body: Callable[[Graph, Any], Any]) -> Any:
         relax = self.relax
         x = relax.Var("image", relax.TensorType(list(image), "float32"))
         with self.builder.function("main"):
@@ -116,7 +119,7 @@ class _Graph:
         return self.builder.get()
 
 
-def _alexnet(g: _Graph, x: Any) -> Any:
+def _alexnet(g: Graph, x: Any) -> Any:
     for i, name in enumerate(("conv1", "conv2", "conv3", "conv4", "conv5"), start=1):
         x = g.bias_relu(g.layer(name, x))
         if i in (1, 2, 5):
@@ -127,7 +130,7 @@ def _alexnet(g: _Graph, x: Any) -> Any:
     return g.bias_relu(g.layer("fc8", x), relu=False)
 
 
-def _resnet18(g: _Graph, x: Any) -> Any:
+def _resnet18(g: Graph, x: Any) -> Any:
     op = g.relax.op
 
     def block(x: Any, first: str, second: str, downsample: str | None) -> Any:
@@ -144,7 +147,7 @@ def _resnet18(g: _Graph, x: Any) -> Any:
     return g.bias_relu(g.layer("fc", x), relu=False)
 
 
-GRAPHS: dict[str, tuple[tuple[int, ...], Callable[[_Graph, Any], Any]]] = {
+GRAPHS: dict[str, tuple[tuple[int, ...], Callable[[Graph, Any], Any]]] = {
     "alexnet": ((1, 3, 224, 224), _alexnet),
     "resnet18": ((1, 3, 224, 224), _resnet18),
 }
@@ -158,7 +161,7 @@ def module(network: str, kernels: dict[str, Any] | None) -> Any:
     """The Relax IRModule of ``network`` calling ``kernels`` (layer -> scheduled PrimFunc), or,
     with None, Relax's own operators throughout (the reference)."""
     image, body = GRAPHS[network]
-    return _Graph(network, kernels).build(image, body)
+    return Graph(network, kernels).build(image, body)
 
 
 def kernels(network: str, params: dict[str, dict[str, Any] | None], target: Target,

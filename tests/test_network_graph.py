@@ -1,0 +1,139 @@
+"""The whole network as one TVM program (``trial_code.network_graph``): the named networks' graphs
+agree with their layer lists, tuned kernels in a built network compute what TVM's own operators
+do, a wrong kernel is caught, the export builds the chosen kernels, and the benchmark builds
+every run's final kernels (ours and MetaSchedule's) beside the sum."""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+
+import pytest
+from feasible import feasible
+
+from trial_code import network_export, network_graph, networks, targets, workloads
+from trial_code.evaluate import Limits
+from trial_code.experiment_client import Ranking
+
+CPU = targets.cpu()
+FAST = Limits(min_repeat_ms=5)
+LAYERS = [
+    networks.Layer("conv", workloads.make("conv2d", name="tiny.conv", batch=1, in_channels=4, height=8, width=8,
+                                          out_channels=4, kernel_h=3, kernel_w=3, stride=1, padding=1), 2),
+    networks.Layer("fc", workloads.make("matmul", name="tiny.fc", n=1, k=36, m=10), 1),
+]
+
+
+def tiny_graph(g: network_graph.Graph, x):
+    """conv -> ReLU -> conv -> ReLU -> 3x3/2 max pool -> flatten -> fc: the conv layer runs twice."""
+    x = g.bias_relu(g.layer("conv", x))
+    x = g.bias_relu(g.layer("conv", x))
+    x = g.emit(g.relax.op.reshape(g.max_pool(x), (1, 36)))
+    return g.bias_relu(g.layer("fc", x), relu=False)
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    """A named network "tiny" with a graph, in this process only."""
+    monkeypatch.setitem(networks.NETWORKS, "tiny", LAYERS)
+    monkeypatch.setitem(network_graph.GRAPHS, "tiny", ((1, 4, 8, 8), tiny_graph))
+    network_graph._reference.cache_clear()
+    yield "tiny"
+    network_graph._reference.cache_clear()
+
+
+def tuned_params():
+    return {layer.name: feasible(layer.workload, CPU, seed=1) for layer in LAYERS}
+
+
+@pytest.mark.parametrize("network", ["alexnet", "resnet18"])
+def test_named_graphs_call_every_layer_as_often_as_the_network_counts_it(network):
+    """Building the graph asserts each layer's call count and input shape against the layer list;
+    with our kernels (here TVM's default schedules) and with Relax's operators alike."""
+    layers = networks.lookup(network)
+    ours = network_graph.module(network, network_graph.kernels(network, {}, CPU))
+    reference = network_graph.module(network, None)
+    assert {gv.name_hint for gv in ours.get_global_vars()} == {"main", *(x.name for x in layers)}
+    weights = 2 * sum(x.count for x in layers)  # each call its own weight and bias
+    assert len(ours["main"].params) == len(reference["main"].params) == 1 + weights
+
+
+def test_a_graph_that_disagrees_with_its_layer_list_is_refused(tiny, monkeypatch):
+    def once(g, x):
+        x = g.emit(g.relax.op.reshape(g.max_pool(g.layer("conv", x)), (1, 36)))
+        return g.layer("fc", x)
+
+    monkeypatch.setitem(network_graph.GRAPHS, "tiny", ((1, 4, 8, 8), once))
+    with pytest.raises(AssertionError, match=r"graph calls \{'conv': 1, 'fc': 1\}, the network's counts are"):
+        network_graph.module("tiny", None)
+    monkeypatch.setitem(network_graph.GRAPHS, "tiny", ((1, 4, 9, 9), tiny_graph))
+    with pytest.raises(AssertionError, match=r"layer conv takes \[1, 4, 8, 8\], the graph gives it \[1, 4, 9, 9\]"):
+        network_graph.module("tiny", None)
+
+
+def test_tuned_kernels_in_the_whole_network_compute_what_tvms_operators_do(tiny):
+    found = network_graph.measure(tiny, network_graph.kernels(tiny, tuned_params(), CPU), CPU, FAST)
+    assert found.latency_ms > 0 and len(found.repeats_ms) == FAST.repeat
+    assert found.max_error <= network_graph.RELATIVE_TOLERANCE
+
+
+def test_a_kernel_that_computes_something_else_is_a_wrong_network(tiny):
+    from tvm import te
+
+    fc = LAYERS[1].workload
+    a, b = te.placeholder((1, 36), name="A"), te.placeholder((36, 10), name="B")
+    zeros = te.create_prim_func([a, b, te.compute((1, 10), lambda i, j: a[i, 0] * 0.0 + b[0, j] * 0.0, name="C")])
+    kernels = {**network_graph.kernels(tiny, {}, CPU), "fc": zeros}
+    assert fc.shape["k"] == 36
+    with pytest.raises(network_graph.WrongNetwork, match="differs from TVM's own operators"):
+        network_graph.measure(tiny, kernels, CPU, FAST)
+
+
+class Trials(Ranking):
+    """An experiment's reported trials, as the export reads them from NNI."""
+
+    def __init__(self, trials: list[tuple[dict, dict]]) -> None:
+        self.trials = trials
+
+    def parameter_records(self):
+        return [json.dumps({"parameter_id": i, "parameters": p}) for i, (p, _) in enumerate(self.trials)]
+
+    def final_metrics(self):
+        return [(str(i), json.dumps(json.dumps(r))) for i, (_, r) in enumerate(self.trials)]
+
+
+def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_path):
+    """The tuned conv is re-measured, the untried fc runs at TVM's default schedule, and the
+    whole network with both is built as one program and timed, beside the sum."""
+    conv = {networks.KEY: {"_name": "conv", **tuned_params()["conv"]}}
+    database = Trials([(conv, {"default": 0.001, "latency_ms": 1.0, "status": "NO_ERROR"})])
+    best = network_export.export(str(tmp_path / "exp"), database, argparse.Namespace(network=tiny, target="cpu"), 1,
+                                 FAST, str(tmp_path / "out"))
+    assert [x.schedule for x in best.layers] == ["tuned", "default"]
+    assert best.whole_network_ms is not None and best.whole_network_ms > 0 and not best.whole_network_error
+    assert "as one TVM program" in best.headline()
+    written = json.loads((tmp_path / "out" / "network.json").read_text())
+    assert written["whole_network_ms"] == best.whole_network_ms and written["latency_ms"] == best.latency_ms
+
+
+@pytest.mark.slow
+def test_the_benchmark_builds_every_network_runs_final_kernels(tiny, tmp_path):
+    """Our tuners' runs (from their best configurations), MetaSchedule's (from its database) and
+    the untuned network are each built whole and timed once, and the report sets them beside
+    each run's sum; running the command again measures nothing twice."""
+    from benchmarks.__main__ import main
+
+    out = tmp_path / "bench"
+    command = ["--objective", "network", "--target", "cpu", "--workloads", tiny, "--tuners", "opevo",
+               "metaschedule:num_trials_per_iter=2", "--seeds", "1", "--budget", "4", "--out", str(out), "--no-progress"]
+    main(command)
+    with open(out / "end_to_end.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {(r["tuner"], r["seed"]) for r in rows} == {("default", ""), ("opevo", "0"),
+                                                      ("metaschedule:num_trials_per_iter=2", "0")}
+    assert all(not r["error"] and float(r["end_to_end_ms"]) > 0 for r in rows), rows
+    table = (out / "networks.md").read_text()
+    assert "the whole network built with the final kernels" in table and "TVM's default schedule (untuned)" in table
+    main(command)
+    with open(out / "end_to_end.csv", newline="") as handle:
+        assert len(list(csv.DictReader(handle))) == len(rows)
