@@ -270,35 +270,3 @@ def test_the_network_latency_after_each_trial_counts_untuned_layers_at_the_defau
             {"tflops": str(mm_flops / 1e9 / 0.25), "configuration": json.dumps({"layer": {"_name": "mm"}})}]
     curve = network_report.latency_curve(rows, str(path), {"mm": 2.0, "conv": 1.0})
     assert curve == pytest.approx([3 * 0.5 + 1.0, 3 * 0.5 + 1.0, 3 * 0.25 + 1.0])
-
-
-@pytest.mark.slow
-def test_the_benchmark_tunes_a_network_with_each_allocator_and_metaschedule(tmp_path):
-    """The harness runs NetworkTuners (gradient and round-robin) and MetaSchedule's task
-    scheduler on the same network, times its layers at TVM's default schedule once, and
-    reports the network's latency against total trials."""
-    from benchmarks.__main__ import main
-
-    path = tmp_path / "tiny.json"
-    path.write_text(json.dumps(TINY))
-    out = tmp_path / "bench"
-    main(["--objective", "network", "--target", "cpu", "--workloads", str(path), "--tuners", "opevo",
-          "opevo@round-robin", "metaschedule:num_trials_per_iter=2", "--seeds", "1", "--budget", "4", "--out", str(out),
-          "--no-progress"])
-    rows = list(csv_rows(out / "trials.csv"))
-    assert {r["tuner"] for r in rows} == {"opevo", "opevo@round-robin", "metaschedule:num_trials_per_iter=2"}
-    for tuner in ("opevo", "opevo@round-robin"):
-        layers = [networks.split(json.loads(r["configuration"]))[0] for r in rows if r["tuner"] == tuner]
-        assert len(layers) == 4 and set(layers) == {"mm", "conv"}  # the warm-up or the rotation reaches both
-    defaults = json.loads((out / "defaults.json").read_text())[str(path)]["llvm"]
-    assert set(defaults) == {"mm", "conv"} and all(v > 0 for v in defaults.values())
-    table = (out / "networks.md").read_text()
-    assert "sum of count x layer latency" in table and "opevo@round-robin" in table and "metaschedule" in table
-    assert (out / "network_vs_trials.png").exists() and not (out / "summary.md").exists()
-
-
-def csv_rows(path):
-    import csv
-
-    with open(path, newline="") as handle:
-        yield from csv.DictReader(handle)

@@ -1,7 +1,7 @@
 """The whole network as one TVM program (``trial_code.network_graph``): the named networks' graphs
 agree with their layer lists, tuned kernels in a built network compute what TVM's own operators
-do, a wrong kernel is caught, the export builds the chosen kernels, and the benchmark builds
-every run's final kernels (ours and MetaSchedule's) beside the sum."""
+do, a wrong kernel is caught, the export builds the chosen kernels, and the benchmark tunes a
+network with both allocators and MetaSchedule and builds every run's final kernels beside the sum."""
 from __future__ import annotations
 
 import argparse
@@ -117,23 +117,35 @@ def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_p
 
 
 @pytest.mark.slow
-def test_the_benchmark_builds_every_network_runs_final_kernels(tiny, tmp_path):
-    """Our tuners' runs (from their best configurations), MetaSchedule's (from its database) and
-    the untuned network are each built whole and timed once, and the report sets them beside
-    each run's sum; running the command again measures nothing twice."""
+def test_the_benchmark_tunes_a_network_with_each_allocator_and_metaschedule_and_builds_it_whole(tiny, tmp_path):
+    """The harness runs NetworkTuners (gradient and round-robin) and MetaSchedule's task
+    scheduler on the same network, times its layers at TVM's default schedule once, reports the
+    network's latency against total trials, and builds the whole network with each run's final
+    kernels (ours from their best configurations, MetaSchedule's from its database) and untuned,
+    once each: running the command again measures nothing twice."""
     from benchmarks.__main__ import main
 
     out = tmp_path / "bench"
-    command = ["--objective", "network", "--target", "cpu", "--workloads", tiny, "--tuners", "opevo",
-               "metaschedule:num_trials_per_iter=2", "--seeds", "1", "--budget", "4", "--out", str(out), "--no-progress"]
+    tuners = ["opevo", "opevo@round-robin", "metaschedule:num_trials_per_iter=2"]
+    command = ["--objective", "network", "--target", "cpu", "--workloads", tiny, "--tuners", *tuners, "--seeds", "1",
+               "--budget", "4", "--out", str(out), "--no-progress"]
     main(command)
-    with open(out / "end_to_end.csv", newline="") as handle:
+    with open(out / "trials.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert {(r["tuner"], r["seed"]) for r in rows} == {("default", ""), ("opevo", "0"),
-                                                      ("metaschedule:num_trials_per_iter=2", "0")}
-    assert all(not r["error"] and float(r["end_to_end_ms"]) > 0 for r in rows), rows
+    assert {r["tuner"] for r in rows} == set(tuners)
+    for tuner in tuners[:2]:
+        layers = [networks.split(json.loads(r["configuration"]))[0] for r in rows if r["tuner"] == tuner]
+        assert len(layers) == 4 and set(layers) == {"conv", "fc"}  # the warm-up or the rotation reaches both
+    defaults = json.loads((out / "defaults.json").read_text())[tiny]["llvm"]
+    assert set(defaults) == {"conv", "fc"} and all(v > 0 for v in defaults.values())
+    with open(out / "end_to_end.csv", newline="") as handle:
+        built = list(csv.DictReader(handle))
+    assert sorted((r["tuner"], r["seed"]) for r in built) == sorted([("default", ""), *((t, "0") for t in tuners)])
+    assert all(not r["error"] and float(r["end_to_end_ms"]) > 0 for r in built), built
     table = (out / "networks.md").read_text()
+    assert "sum of count x layer latency" in table and "opevo@round-robin" in table and "metaschedule" in table
     assert "the whole network built with the final kernels" in table and "TVM's default schedule (untuned)" in table
+    assert (out / "network_vs_trials.png").exists() and not (out / "summary.md").exists()
     main(command)
     with open(out / "end_to_end.csv", newline="") as handle:
-        assert len(list(csv.DictReader(handle))) == len(rows)
+        assert len(list(csv.DictReader(handle))) == len(built)
