@@ -60,7 +60,7 @@ def record(out: Path, network: str, target: Target, tuner: str, seed: str, limit
         row.update(end_to_end_ms=f"{found.latency_ms:.6f}", max_error=f"{found.max_error:.3g}",
                    build_s=f"{found.build_s:.1f}")
     except Exception as e:  # a row says what failed: the report shows it rather than a gap
-        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
+        row["error"] = network_graph.describe(e)[:500]
     path = out / FILE
     fresh = not path.exists()
     with open(path, "a", newline="") as handle:

@@ -178,5 +178,5 @@ def _whole_network(network: str, layers: list[LayerBest], target: targets.Target
         params = {layer.name: layer.parameters for layer in layers if layer.schedule == "tuned"}
         found = network_graph.measure(network, network_graph.kernels(network, params, target), target, limits)
     except Exception as e:  # reported beside the sum, which stands on its own
-        return None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        return None, network_graph.describe(e)
     return found.latency_ms, ""

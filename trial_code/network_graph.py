@@ -153,6 +153,11 @@ GRAPHS: dict[str, tuple[tuple[int, ...], Callable[[Graph, Any], Any]]] = {
 }
 
 
+def describe(error: Exception) -> str:
+    """A failure to build or time a network in one line, as the reports show it beside the sum."""
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+
 def has_graph(network: str) -> bool:
     return network in GRAPHS
 
