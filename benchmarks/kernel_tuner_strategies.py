@@ -1,8 +1,13 @@
 """Kernel Tuner's own search strategies as peers, run by the ``kernel_tuner`` package itself.
 
-Kernel Tuner replays a cache file in its simulation mode (``kernel_tuner.tune_cache``: the
-restrictions are inferred from the cache, so its strategies, like our tuners given the cache's
-constraint, never spend an evaluation on a restricted configuration). A strategy is named
+Kernel Tuner replays a cache file in its simulation mode: a configuration absent from the cache
+is restricted, so its strategies, like our tuners given the cache's constraint, never spend an
+evaluation on one. ``kernel_tuner.tune_cache`` would also count a *recorded failure* (a
+configuration that failed to compile or run) as restricted, so its strategies would never pay
+for one while ours pay an evaluation, as on real hardware. ``run`` therefore calls what
+``tune_cache`` calls with one change: the restriction admits every configuration the cache
+records, failures included. A failure is then served from the cache as Kernel Tuner serves a
+failed evaluation when tuning for real (an error result, one evaluation of the budget). A strategy is named
 ``kt:<strategy>`` in a benchmark (``kt:genetic_algorithm``, ``kt:bayes_opt`` ...), run with the
 same budget (``max_fevals``) and seed as every other tuner, and scored the same way: its
 evaluations are read in order, each configuration counted once (a strategy that revisits a
@@ -73,14 +78,22 @@ def _plain_json(cache: TuningCache, folder: str) -> str:
 def run(cache: TuningCache, spec: str, seed: int, budget: int) -> list[Evaluation]:
     """The distinct configurations the strategy evaluated, in order, at most ``budget``."""
     kernel_tuner = import_kernel_tuner()
+    from constraint import FunctionConstraint
+    from kernel_tuner import util
+
     with tempfile.TemporaryDirectory(prefix="nni-opevo-kt-") as folder:
         path = _plain_json(cache, folder)
+        recorded = util.read_cache(path, open_cache=False)
+        args = util.infer_args_from_cache(recorded)
+        measured = {tuple(record[k] for k in recorded["tune_params_keys"]) for record in recorded["cache"].values()}
+        restriction = FunctionConstraint(lambda *values: values in measured)
         # Kernel Tuner prints its progress, and warns that a cache names no thread-block sizes.
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            results, _ = kernel_tuner.tune_cache(path, strategy=spec.removeprefix(PREFIX),
-                                                 strategy_options={"max_fevals": budget}, seed=seed,
-                                                 quiet=True, verbose=False)
+            results, _ = kernel_tuner.tune_kernel(**args, cache=path, restrictions=[restriction], simulation_mode=True,
+                                                  strategy=spec.removeprefix(PREFIX),
+                                                  strategy_options={"max_fevals": budget}, seed=seed,
+                                                  quiet=True, verbose=False)
     seen: set[tuple] = set()
     out = []
     for record in results:

@@ -110,3 +110,19 @@ def test_a_kernel_tuner_strategy_needs_a_cache_and_a_known_name(tmp_path):
     with pytest.raises(ValueError, match="unknown Kernel Tuner strategy 'no_such'"):
         main(["--objective", "cache", "--cache", path, "--tuners", "kt:no_such", "--out", str(tmp_path / "o"),
               "--no-progress"])
+
+
+def test_kernel_tuner_pays_for_a_recorded_failure_as_our_tuners_do(tmp_path):
+    """Kernel Tuner's own replay treats a configuration that failed to compile as restricted
+    (free to skip); the harness makes it cost an evaluation, as on real hardware and as it costs
+    ours: random sampling of all seven recorded configurations meets the failure once."""
+    path = str(write_cache(tmp_path / "tiny.json.gz"))
+    out = tmp_path / "bench"
+    main(["--objective", "cache", "--cache", path, "--tuners", "kt:random_sample", "random", "--seeds", "1",
+          "--budget", "7", "--concurrency", "1", "--out", str(out), "--no-progress"])
+    with open(out / "trials.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for tuner in ("kt:random_sample", "random"):
+        run = [r for r in rows if r["tuner"] == tuner]
+        failed = [json.loads(r["configuration"]) for r in run if r["status"] != "NO_ERROR"]
+        assert len(run) == 7 and failed == [{"x": 8, "y": "b", "z": 3}], tuner
