@@ -12,6 +12,7 @@ Internal values are hashable (ints, floats, tuples) so configurations can be ded
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from abc import ABC, abstractmethod
@@ -599,14 +600,27 @@ class DiscreteParameter(GridParameter):
         return int(rng.integers(len(self.values)))
 
     def atoms(self, value: int) -> tuple[float, ...]:
-        """The value's index, compared by equality: the numbers of a tuning knob (block sizes,
-        unroll steps) rarely perform smoothly in their order (a 48-wide block between two good
-        powers of two can be ten times slower)."""
-        return (float(value),)
+        """Two atoms: the value's index, compared by equality, and its position in the set
+        (``positions``), compared by distance. The numbers of a tuning knob may perform smoothly
+        in their order (a larger tile, a larger block) or not at all (a 48-wide block between
+        two good powers of two can be ten times slower); the surrogate weighs each atom by how
+        well it explains the measurements, so it learns which holds for this knob."""
+        return (float(value), self.positions[value])
 
     @property
     def ordinal(self) -> tuple[bool, ...]:
-        return (False,)
+        return (False, True)
+
+    @functools.cached_property
+    def positions(self) -> tuple[float, ...]:
+        """Each value's position in [0, 1] across the set: in log scale when every value is
+        positive (sizes act in ratios: 64 is as far from 32 as from 128), else by rank."""
+        if len(self.values) == 1:
+            return (0.0,)
+        if self.values[0] > 0:
+            logs = np.log2(np.array(self.values, dtype=float))
+            return tuple(((logs - logs[0]) / (logs[-1] - logs[0])).tolist())
+        return tuple((np.arange(len(self.values)) / (len(self.values) - 1)).tolist())
 
     def scaled(self, value: int) -> list[int]:
         """Indices of the value doubled and halved, where the set holds them and they are not

@@ -6,18 +6,26 @@ so far is worth measuring first. A Gaussian process learns that from every measu
 
 * **Encoding**: a configuration becomes a row of *atoms* (``SearchSpace.atoms``): a factor's
   entries as log2 shares of C (ordinal: tile sizes act in ratios), a perm's item at each
-  position, a choice's or a discrete set's value (categorical: a knob's values rarely perform
-  smoothly in their order, a 48-wide block between two good powers of two can be ten times
-  slower), a grid's or a continuous parameter's position in its range (ordinal).
-* **Kernel**: ``k(x, x') = exp(-h(x, x') / l)`` with ``h`` the mean over atoms of |x - y| for
-  ordinal atoms and of x != y for categorical ones (``distance``); the length ``l`` is chosen by
-  maximizing the marginal likelihood over a fixed grid at every refit.
+  position, a choice's value (categorical), a discrete set's value twice, as a category and as
+  its log-scaled position (a knob's values may perform smoothly in their order or not at all:
+  a 48-wide block between two good powers of two can be ten times slower), a grid's or a
+  continuous parameter's position in its range (ordinal).
+* **Kernel**: ``k(x, x') = exp(-sum_j w_j d_j(x, x'))`` with ``d_j`` the distance in atom j
+  (``per_atom``: |x - y| for ordinal atoms, x != y for categorical ones). One relevance ``w_j``
+  per atom (automatic relevance determination): which knobs matter differs from kernel to
+  kernel and GPU to GPU (shared memory on or off may decide everything on one, nothing on
+  another), and a model that weighs every knob alike spends its measurements learning that
+  the irrelevant ones do not matter. The relevances are fitted at every refit by maximizing
+  the marginal likelihood (``RELEVANCE_STEPS`` L-BFGS steps) under a log-normal prior
+  (``RELEVANCE_PRIOR`` e-folds) centred on the best single length of a small grid, which keeps
+  them sane on a few dozen points; a row of more than ``RELEVANCE_LIMIT`` atoms keeps the single
+  length (the fit's memory and time grow with the atoms).
 * **Targets**: log fitness, standardized; failures and refusals (fitness 0) sit one below the
   lowest measured log fitness, so the model learns where kernels fail without their zeros
   swamping the scale of the ones that run.
 * **Cost**: at most ``capacity`` measurements train the model (the best half and the most
-  recent half when there are more), so a refit is one Cholesky factorization per grid length
-  of at most that size, whatever the history.
+  recent half when there are more), so a refit is a few dozen Cholesky factorizations of at
+  most that size, whatever the history.
 * **Acquisition**: expected improvement over the best standardized log fitness.
 * **One BLAS thread**: the tuner shares the machine with the trials' builds and measurements,
   and a multi-threaded BLAS spinning on busy cores turned a 128 x 128 Cholesky factorization
@@ -28,17 +36,28 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 from scipy.linalg import cho_solve, cholesky
+from scipy.optimize import minimize
 from scipy.stats import norm
 from threadpoolctl import ThreadpoolController
 
 LENGTHS = (0.05, 0.1, 0.2, 0.4, 0.8)
-"""Candidate lengths ``l`` (as a share of the atoms that differ) for the marginal likelihood to pick from."""
+"""Candidate single lengths ``l`` (as a share of the atoms that differ): the marginal likelihood
+picks one, and the relevances start from ``w_j = 1 / (l * atoms)``."""
 NOISE = 1e-2
 """Observation noise variance on the standardized targets (timing noise, and numerical slack)."""
+RELEVANCE_PRIOR = 1.0
+"""Standard deviation, in e-folds, of the log-normal prior on each relevance around the single length's."""
+RELEVANCE_STEPS = 30
+"""L-BFGS iterations of the relevance fit."""
+RELEVANCE_LIMIT = 64
+"""Atoms per row up to which relevances are fitted (the fit holds capacity^2 x atoms distances)."""
+CHUNK = 1 << 20
+"""Distances held at once when comparing many rows over many atoms (bounds the memory of a refit)."""
 
 
 Result = TypeVar("Result")
@@ -58,25 +77,42 @@ def one_blas_thread(method: Callable[..., Result]) -> Callable[..., Result]:
     return limited
 
 
+@dataclass(frozen=True)
+class Fitted:
+    """A fitted model: its training rows, relevances, Cholesky factor and weights, and the best target."""
+
+    atoms: np.ndarray
+    relevance: np.ndarray
+    factor: np.ndarray
+    alpha: np.ndarray
+    best: float
+
+
 class Surrogate:
     """Fit on (atom rows, fitness) and score candidates by expected improvement."""
 
     def __init__(self, capacity: int, ordinal: np.ndarray) -> None:
         self.capacity = capacity
         self.ordinal = ordinal
-        self._fitted: tuple[np.ndarray, np.ndarray, np.ndarray, float, float] | None = None
+        self._fitted: Fitted | None = None
+        self._relevance: np.ndarray | None = None
 
     @property
     def ready(self) -> bool:
         return self._fitted is not None
+
+    @property
+    def relevance(self) -> np.ndarray | None:
+        """The fitted relevance of each atom (None before a fit)."""
+        return None if self._fitted is None else self._fitted.relevance
 
     @one_blas_thread
     def fit(self, atoms: np.ndarray, fitness: np.ndarray) -> None:
         """``atoms``: one row per measured configuration; ``fitness``: >= 0, 0 for failures.
         Fewer than two successes leave the model unfitted (nothing to rank by)."""
         ok = fitness > 0
+        self._fitted = None
         if ok.sum() < 2:
-            self._fitted = None
             return
         if len(fitness) > self.capacity:
             best = np.argsort(-fitness, kind="stable")[: self.capacity // 2]
@@ -86,44 +122,104 @@ class Surrogate:
         log = np.log(np.where(ok, fitness, 1.0))
         log = np.where(ok, log, log[ok].min() - 1.0)
         z = (log - log.mean()) / (log.std() or 1.0)
-        between = distance(atoms, atoms, self.ordinal)
-        best_fit = None
+        width = atoms.shape[1]
+        distances = per_atom(atoms, atoms, self.ordinal) if width <= RELEVANCE_LIMIT else None
+        between = distances.mean(axis=2) if distances is not None else \
+            weighted_distance(atoms, atoms, self.ordinal, np.full(width, 1.0 / width))
+        single = None
         for length in LENGTHS:
-            try:
-                factor = cholesky(np.exp(-between / length) + NOISE * np.eye(len(z)), lower=True)
-            except np.linalg.LinAlgError:
-                continue
-            alpha = cho_solve((factor, True), z)
-            evidence = -0.5 * float(z @ alpha) - float(np.log(np.diag(factor)).sum())
-            if best_fit is None or evidence > best_fit[0]:
-                best_fit = (evidence, length, factor, alpha)
-        if best_fit is None:
-            self._fitted = None
+            fit = _solve(np.exp(-between / length), z)
+            if fit is not None and (single is None or fit[0] > single[0]):
+                single = (fit[0], length)
+        if single is None:
             return
-        _, length, factor, alpha = best_fit
-        self._fitted = (atoms, factor, alpha, length, float(z.max()))
+        relevance = np.full(width, 1.0 / (single[1] * width))
+        if distances is not None:
+            # The previous fit's relevances start the search: one measurement more moves them little.
+            previous = self._relevance if self._relevance is not None and len(self._relevance) == width else relevance
+            relevance = _relevances(distances, z, relevance, previous)
+            self._relevance = relevance
+            fit = _solve(np.exp(-distances @ relevance), z)
+        else:
+            fit = _solve(np.exp(-between / single[1]), z)
+        if fit is None:
+            return
+        _, factor, alpha = fit
+        self._fitted = Fitted(atoms, relevance, factor, alpha, float(z.max()))
 
     @one_blas_thread
     def expected_improvement(self, candidates: np.ndarray) -> np.ndarray:
         assert self._fitted is not None
-        atoms, factor, alpha, length, best = self._fitted
-        cross = np.exp(-distance(candidates, atoms, self.ordinal) / length)
-        mean = cross @ alpha
-        v = cho_solve((factor, True), cross.T)
+        f = self._fitted
+        cross = np.exp(-weighted_distance(candidates, f.atoms, self.ordinal, f.relevance))
+        mean = cross @ f.alpha
+        v = cho_solve((f.factor, True), cross.T)
         sd = np.sqrt(np.maximum(1.0 - np.einsum("ij,ji->i", cross, v), 1e-12))
-        gain = (mean - best) / sd
-        return (mean - best) * norm.cdf(gain) + sd * norm.pdf(gain)
+        gain = (mean - f.best) / sd
+        return (mean - f.best) * norm.cdf(gain) + sd * norm.pdf(gain)
 
 
-def distance(a: np.ndarray, b: np.ndarray, ordinal: np.ndarray) -> np.ndarray:
-    """Mean over atoms of the distance between each row of ``a`` and each row of ``b``: |x - y|
-    for an ordinal atom, 0 or 1 (equal or not) for a categorical one; an inactive atom (NaN) is
-    0 from another inactive one and 1 from any active one."""
+def _solve(kernel: np.ndarray, z: np.ndarray) -> tuple[float, np.ndarray, np.ndarray] | None:
+    """(log evidence up to a constant, Cholesky factor, K^-1 z) of the kernel matrix plus noise;
+    None when it is not positive definite."""
+    try:
+        factor = cholesky(kernel + NOISE * np.eye(len(z)), lower=True)
+    except np.linalg.LinAlgError:
+        return None
+    alpha = cho_solve((factor, True), z)
+    return -0.5 * float(z @ alpha) - float(np.log(np.diag(factor)).sum()), factor, alpha
+
+
+def _relevances(distances: np.ndarray, z: np.ndarray, prior: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The relevances maximizing the marginal likelihood of ``z`` plus the log-normal prior
+    around ``prior`` (``distances``: n x n x atoms), searched from ``start``; ``prior`` when
+    the fit fails."""
+    centre = np.log(prior)
+    identity = np.eye(len(z))
+
+    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        w = np.exp(theta)
+        kernel = np.exp(-distances @ w)
+        try:
+            factor = cholesky(kernel + NOISE * identity, lower=True)
+        except np.linalg.LinAlgError:
+            return 1e10, np.zeros_like(theta)
+        alpha = cho_solve((factor, True), z)
+        inverse = cho_solve((factor, True), identity)
+        # d(-log evidence)/d theta_j = 0.5 w_j sum((alpha alpha^T - K^-1) * K * D_j)
+        outer = (np.outer(alpha, alpha) - inverse) * kernel
+        grad = 0.5 * w * np.einsum("ik,ikj->j", outer, distances) + (theta - centre) / RELEVANCE_PRIOR**2
+        value = 0.5 * float(z @ alpha) + float(np.log(np.diag(factor)).sum())
+        return value + 0.5 * float(((theta - centre) ** 2).sum()) / RELEVANCE_PRIOR**2, grad
+
+    try:
+        bounds = [(c - 6 * RELEVANCE_PRIOR, c + 6 * RELEVANCE_PRIOR) for c in centre]
+        result = minimize(loss, np.clip(np.log(start), *np.array(bounds).T), jac=True, method="L-BFGS-B",
+                          options={"maxiter": RELEVANCE_STEPS}, bounds=bounds)
+    except (ValueError, FloatingPointError):
+        return prior
+    return np.exp(result.x) if np.all(np.isfinite(result.x)) else prior
+
+
+def per_atom(a: np.ndarray, b: np.ndarray, ordinal: np.ndarray) -> np.ndarray:
+    """The distance in each atom between each row of ``a`` and each row of ``b`` (len(a) x
+    len(b) x atoms): |x - y| for an ordinal atom, 0 or 1 (equal or not) for a categorical one;
+    an inactive atom (NaN) is 0 from another inactive one and 1 from any active one."""
     diff = a[:, None, :] - b[None, :, :]
-    per_atom = np.where(ordinal, np.abs(diff), (diff != 0).astype(float))
+    d = np.where(ordinal, np.abs(diff), (diff != 0).astype(float))
     a_off, b_off = np.isnan(a)[:, None, :], np.isnan(b)[None, :, :]
-    per_atom = np.where(a_off | b_off, (a_off != b_off).astype(float), per_atom)
-    return per_atom.mean(axis=2)
+    return np.where(a_off | b_off, (a_off != b_off).astype(float), d)
+
+
+def weighted_distance(a: np.ndarray, b: np.ndarray, ordinal: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``sum_j weights_j * per_atom(a, b)_j``, over blocks of atoms so that at most ``CHUNK``
+    distances are held at once, however wide the rows."""
+    out = np.zeros((len(a), len(b)))
+    step = max(1, CHUNK // max(1, len(a) * len(b)))
+    for j in range(0, a.shape[1], step):
+        block = slice(j, j + step)
+        out += per_atom(a[:, block], b[:, block], ordinal[block]) @ weights[block]
+    return out
 
 
 class TrainingSet:

@@ -1,0 +1,69 @@
+"""The screening surrogate of OpEvo's default variant: relevances learnt per atom, expected
+improvement, bounded memory on wide rows, and the atoms of a discrete set."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nni_opevo import surrogate
+from nni_opevo.parameters import DiscreteParameter
+from nni_opevo.surrogate import RELEVANCE_LIMIT, Surrogate, per_atom, weighted_distance
+
+
+def knob_landscape(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of one decisive categorical knob (atom 0: value 2 is ten times faster) and three
+    knobs that change nothing, with 2 % timing noise."""
+    rng = np.random.default_rng(seed)
+    atoms = rng.integers(0, 4, size=(n, 4)).astype(float)
+    fitness = np.where(atoms[:, 0] == 2, 10.0, 1.0) * rng.lognormal(0.0, 0.02, n)
+    return atoms, fitness, np.zeros(4, dtype=bool)
+
+
+def test_the_decisive_knob_gets_the_largest_relevance():
+    atoms, fitness, ordinal = knob_landscape(40, seed=0)
+    model = Surrogate(128, ordinal)
+    model.fit(atoms, fitness)
+    relevance = model.relevance
+    assert relevance is not None and relevance[0] > 3 * relevance[1:].max()
+
+
+def test_expected_improvement_prefers_the_decisive_value():
+    atoms, fitness, ordinal = knob_landscape(40, seed=1)
+    seen = {tuple(row) for row in atoms}
+    unseen = [np.array(c, dtype=float) for c in np.ndindex(4, 4, 4, 4) if c not in seen]
+    model = Surrogate(128, ordinal)
+    model.fit(atoms, fitness)
+    gains = model.expected_improvement(np.stack(unseen))
+    assert unseen[int(np.argmax(gains))][0] == 2
+
+
+def test_fewer_than_two_successes_leave_the_model_unfitted():
+    model = Surrogate(128, np.zeros(2, dtype=bool))
+    model.fit(np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0]]), np.array([0.0, 3.0, 0.0]))
+    assert not model.ready and model.relevance is None
+
+
+def test_wide_rows_keep_one_length_and_bounded_blocks(monkeypatch):
+    """Past RELEVANCE_LIMIT atoms the model keeps a single length (no capacity^2 x atoms tensor),
+    and distances are summed over blocks of atoms, giving what one big tensor would."""
+    rng = np.random.default_rng(2)
+    width = RELEVANCE_LIMIT + 36
+    ordinal = rng.random(width) < 0.5
+    atoms = np.where(ordinal, rng.random((30, width)), rng.integers(0, 3, (30, width)).astype(float))
+    atoms[:5, :10] = np.nan  # inactive atoms
+    weights = rng.random(width)
+    monkeypatch.setattr(surrogate, "CHUNK", 30 * 30 * 7)  # blocks of 7 atoms
+    assert np.allclose(weighted_distance(atoms, atoms, ordinal, weights), per_atom(atoms, atoms, ordinal) @ weights)
+    model = Surrogate(128, ordinal)
+    model.fit(atoms, rng.lognormal(0.0, 1.0, 30))
+    assert model.ready and np.allclose(model.relevance, model.relevance[0])
+    assert model.expected_improvement(atoms[:3]).shape == (3,)
+
+
+def test_a_discrete_set_is_one_category_and_one_log_scaled_position():
+    sizes = DiscreteParameter("block", [128, 16, 64, 32])
+    assert sizes.ordinal == (False, True)
+    assert np.allclose([sizes.atoms(k) for k in range(4)], [(0, 0.0), (1, 1 / 3), (2, 2 / 3), (3, 1.0)])
+    signed = DiscreteParameter("offset", [-2, 0, 5])
+    assert [signed.atoms(k)[1] for k in range(3)] == pytest.approx([0.0, 0.5, 1.0])  # by rank
+    assert DiscreteParameter("one", [7]).atoms(0) == (0.0, 0.0)
