@@ -31,7 +31,7 @@ import json
 import logging
 import math
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -297,14 +297,17 @@ class PopulationTuner(Tuner):
         )
         raise NoMoreTrialError("no unseen feasible configuration could be found")
 
-    def fresh(self, proposals: Iterator[Config], limit: int, learn: bool = True) -> list[Config]:
-        """Up to ``limit`` distinct usable configurations from ``proposals``, in order
-        (``learn``: whether refused ones are recorded, see ``feasible``)."""
+    def fresh(self, proposals: Iterable[Config], limit: int | None = None, learn: bool = True,
+              besides: Iterable[Config] = ()) -> list[Config]:
+        """Up to ``limit`` (None: every one) distinct usable configurations from ``proposals``,
+        in order, other than those ``besides`` (``learn``: whether refused ones are recorded,
+        see ``feasible``)."""
         space, _ = self.require_space()
+        listed = {space.identity(config) for config in besides}
         out: dict[ConfigKey, Config] = {}
         for config in proposals:
             key = space.identity(config)
-            if key not in out and self.usable(config, learn):
+            if key not in out and key not in listed and self.usable(config, learn):
                 out[key] = config
                 if len(out) == limit:
                     break

@@ -32,6 +32,16 @@ def scaled_step(param: Parameter, value: Value, rng: np.random.Generator) -> Val
     return param.random_neighbour(value, rng)
 
 
+def nudge(space: SearchSpace, config: Config, rng: np.random.Generator, step: Step = topology_step) -> Config:
+    """``config`` with one active parameter, chosen uniformly, moved one ``step`` (unchanged
+    when that parameter's value is isolated); a nested choice's new option draws the
+    sub-parameters it enables."""
+    slots = list(space.active_slots(config))
+    slot = slots[int(rng.integers(len(slots)))]
+    value = step(slot.param, config[slot.key], rng)
+    return config if value is None else space.complete({**config, slot.key: value}, rng)
+
+
 def q_random_walk(param: Parameter, start: Value, q: float, rng: np.random.Generator,
                   step: Step = topology_step) -> Value:
     """Walk from ``start``: at every step, with probability q move to a uniformly chosen

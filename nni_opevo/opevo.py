@@ -22,9 +22,11 @@ ways, each measured in docs/tuners.md on brute-forced tuning spaces:
 
 * **Screening by expected improvement.** For every proposal it breeds ``screen`` children of the
   current parents (eq. 2 and the q-random walk; a share ``explore`` of them uniform random
-  instead), keeps those that are unseen and feasible, and proposes the one a Gaussian-process
-  surrogate (``surrogate``) expects to improve most on the best so far. Budgets are small, and
-  a child is a guess: the surrogate learns from every measurement which guesses pay.
+  instead), adds the neighbours of the epoch's best configuration (``_ring``), keeps those that
+  are unseen and feasible, and proposes the one a Gaussian-process surrogate (``surrogate``)
+  expects to improve most on the best so far. Budgets are small, and a child is a guess: the
+  surrogate learns from every measurement which guesses pay, and the best's neighbours make
+  sure no single step from it is left to chance.
 * **Sizes step by doubling too.** The walk over a ``discrete`` set of numbers may also step to
   the value's double or half (``operators.scaled_step``): tile and block sizes act
   multiplicatively, and a value between two good ones (a 3-wide tile between 2 and 4, a
@@ -41,6 +43,7 @@ constraint hook) is ``base``'s.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,7 +53,7 @@ import numpy as np
 
 from .base import PopulationTuner
 from .class_args import SearchArgs, Validator, arg, one_of, open_unit, positive_int, unit
-from .operators import Parents, Step, breed, scaled_step, topology_step
+from .operators import Parents, Step, breed, nudge, scaled_step, topology_step
 from .population import Population
 from .search_space import Config, ConfigKey
 from .surrogate import Surrogate, TrainingSet
@@ -60,6 +63,8 @@ _logger = logging.getLogger(__name__)
 REMUTATIONS = 64
 SCREEN_ATTEMPTS = 4
 """Candidates bred per wanted unseen feasible one when screening, before settling for fewer."""
+RING_FACTOR = 4
+"""The best configuration's neighbours are all screened when there are at most this many times ``screen``."""
 SURROGATE_CAPACITY = 128
 """Measurements the surrogate trains on at most (the best half and the most recent half)."""
 
@@ -80,7 +85,8 @@ class OpEvoArgs(SearchArgs):
     variant: str = arg("screened", one_of("screened", "paper"), "'screened': children screened by a surrogate's "
                        "expected improvement, sizes stepping by doubling too, restarts (see docs/tuners.md); "
                        "'paper': Algorithm 1 exactly as published")
-    screen: int = arg(32, positive_int, "candidates bred per proposal and ranked by the surrogate (screened)")
+    screen: int = arg(32, positive_int, "children bred per proposal and ranked by the surrogate, beside the "
+                                        "epoch best's neighbours (screened)")
     explore: float = arg(0.1, unit, "share of the screened candidates drawn uniformly at random instead of bred "
                                     "(screened)")
     restart: int = arg(25, non_negative_int, "measurements without improving the current epoch's best before a "
@@ -122,8 +128,12 @@ class Epoch:
 
     start: int
     """Index, in measurement order, of the epoch's first measurement."""
-    proposed: int = 0
-    """Proposals made in this epoch (the first lambda are random)."""
+    opened_at: int = 0
+    """``n_proposed`` (trials proposed so far) when the epoch opened: its first lambda trials are
+    random. Trials, not calls of ``_propose``: a candidate the constraint refuses is no trial, and
+    counting it would end the random start after its first feasible draw (on a space where four
+    in five configurations are restricted, the "random" population was one configuration and
+    its neighbours)."""
     best: float = -np.inf
     best_at: int = 0
     """The best score measured in this epoch, and the measurement count when it was found."""
@@ -200,18 +210,18 @@ class OpEvoTuner(PopulationTuner):
     def _screened(self) -> Config:
         space, population = self.require_space()
         if self.epoch.stale(len(self.measured), self.args.restart):
-            self.epoch = Epoch(start=len(self.measured))
+            self.epoch = Epoch(start=len(self.measured), opened_at=self.n_proposed)
             self.epochs += 1
             _logger.info("OpEvo: no better kernel in %d measurements; restart %d from new random configurations",
                          self.args.restart, self.epochs - 1)
-        self.epoch.proposed += 1
-        if self.epoch.proposed <= self.args.parents_size:  # each epoch's random initial population
+        if self.in_random_start():  # each epoch's random initial population
             return space.sample(self.rng)
         parents = self._epoch_parents()
         if not any(w > 0 for _, w in parents):
             return space.sample(self.rng)
         prepared = Parents(space, parents)
-        candidates = self.fresh(self._candidates(prepared), self.args.screen, learn=False)
+        bred = self.fresh(self._candidates(prepared), self.args.screen, learn=False)
+        candidates = bred + self.fresh(self._ring(parents[0][0]), learn=False, besides=bred)
         if len(candidates) < 2:
             return candidates[0] if candidates else breed(space, prepared, self.args.mutate_rate, self.rng, self.step)
         assert self.surrogate is not None
@@ -221,6 +231,21 @@ class OpEvoTuner(PopulationTuner):
             return candidates[0]
         gains = self.surrogate.expected_improvement(np.stack([space.atoms(c) for c in candidates]))
         return candidates[int(np.argmax(gains))]
+
+    def in_random_start(self) -> bool:
+        """Whether the next trial belongs to the current epoch's lambda random ones."""
+        return self.n_proposed - self.epoch.opened_at < self.args.parents_size
+
+    def _ring(self, best: Config) -> list[Config]:
+        """The epoch's best configuration's neighbours (one scaled step in one parameter), all of
+        them up to ``RING_FACTOR * screen``; past that (a choice of many options), ``screen``
+        single steps drawn at random."""
+        space, _ = self.require_space()
+        limit = RING_FACTOR * self.args.screen
+        ring = list(itertools.islice(space.neighbours(best, scaled=True), limit + 1))
+        if len(ring) <= limit:
+            return ring
+        return [nudge(space, best, self.rng, self.step) for _ in range(self.args.screen)]
 
     def _epoch_parents(self) -> list[tuple[Config, float]]:
         """The top-lambda measurements of the current epoch with their eq. 2 weights."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .parameters import ChoiceParameter, Parameter, SpaceError, parse_parameter
+from .parameters import ChoiceParameter, DiscreteParameter, Parameter, SpaceError, parse_parameter
 
 MAX_DEPTH = 32
 """Deepest nesting of choices."""
@@ -147,15 +147,20 @@ class SearchSpace:
             yield from self._enumerate(i + 1, partial)
             del partial[slot.key]
 
-    def neighbours(self, config: Config) -> Iterator[Config]:
-        """Configurations one topology step away in one parameter. Continuous parameters and
-        nested-choice switches are left out: their moves have no finite neighbour list."""
+    def neighbours(self, config: Config, scaled: bool = False) -> Iterator[Config]:
+        """Configurations one topology step away in one parameter; with ``scaled``, a
+        ``discrete`` value's double and half too (the steps of OpEvo's default walk,
+        ``operators.scaled_step``). Continuous parameters and nested-choice switches are left
+        out: their moves have no finite neighbour list."""
         for slot in self.active_slots(config):
             p = slot.param
             if isinstance(p, ChoiceParameter) and p.nested:
                 continue
             try:
-                values = p.neighbours(config[slot.key])
+                if scaled and isinstance(p, DiscreteParameter):
+                    values = list(p.scaled_neighbours(config[slot.key]))
+                else:
+                    values = p.neighbours(config[slot.key])
             except TypeError:
                 continue
             for value in values:

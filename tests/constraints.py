@@ -16,6 +16,11 @@ def tiled_limits(params: dict[str, Any]) -> bool:
     return _valid(params["tile_n"], params["tile_m"], params["tile_k"])
 
 
+def below(params: dict[str, Any], name: str = "x", limit: int = 200) -> bool:
+    """Feasible while parameter ``name`` is below ``limit``."""
+    return params[name] < limit
+
+
 def raises(params: dict[str, Any]) -> bool:
     raise KeyError("no such knob")
 

@@ -148,6 +148,7 @@ def test_last_unseen_configuration_is_found_in_a_nearly_exhausted_space():
 # ------------------------------------------------------------------ optimization quality
 
 
+@pytest.mark.slow
 def test_beats_nni_random_with_factors_as_choice():
     """Best after 200 trials on 20 synthetic tiled-MatMul landscapes, OpEvo against NNI's Random
     on the same space with factor/perm listed as choices. A sign test: a tuner no better than
@@ -373,13 +374,13 @@ def test_calls_before_the_search_space_fail_clearly():
 
 def test_screened_proposes_the_candidate_the_surrogate_expects_most_of():
     """White box: every screened proposal is the arg-max of the expected improvement over the
-    candidates bred for it (all unseen and feasible)."""
+    candidates bred for it and the epoch best's neighbours (all unseen and feasible)."""
     seen_choices = []
 
     class Recording(OpEvoTuner):
         def _screened(self):
             choice = super()._screened()
-            if self.surrogate.ready and self.epoch.proposed > self.args.parents_size:
+            if self.surrogate.ready and not self.in_random_start():
                 seen_choices.append(choice)
             return choice
 
@@ -394,11 +395,14 @@ def test_screened_proposes_the_candidate_the_surrogate_expects_most_of():
     rows, weights = tuner.measured.arrays(tuner.population.fitness)
     tuner.surrogate.fit(rows, weights)
     state = tuner.rng.bit_generator.state
-    candidates = tuner.fresh(tuner._candidates(Parents(parsed_space := tuner.space, tuner._epoch_parents())),
-                             tuner.args.screen, learn=False)
+    parents = tuner._epoch_parents()
+    bred = tuner.fresh(tuner._candidates(Parents(parsed_space := tuner.space, parents)), tuner.args.screen,
+                       learn=False)
+    ring = tuner.fresh(parsed_space.neighbours(parents[0][0], scaled=True), learn=False, besides=bred)
+    candidates = bred + ring
     gains = tuner.surrogate.expected_improvement(np.stack([parsed_space.atoms(c) for c in candidates]))
     tuner.rng.bit_generator.state = state
-    assert len(candidates) == tuner.args.screen
+    assert len(bred) == tuner.args.screen and ring and all(tuner.usable(c, learn=False) for c in ring)
     assert tuner._screened() == candidates[int(np.argmax(gains))]
     assert len(seen_choices) > 20 and all(parsed.contains(c) for c in seen_choices)
 
@@ -431,6 +435,45 @@ def test_screened_restarts_after_stagnating_and_breeds_from_the_new_epoch_only()
         tuner.generate_parameters(pid + 1)
     parents = tuner._epoch_parents()
     assert len(parents) == 4 and all(c != first_best for c, _ in parents), "parents come from the new epoch only"
+
+
+def test_each_epoch_starts_with_lambda_random_trials_however_many_the_constraint_refuses():
+    """The random start counts trials, not refused candidates: with four in five values refused,
+    each of the first lambda trials is still a uniform draw of the space (counting refusals
+    ended the start after the first feasible draw, and the next trials were its children)."""
+    tuner = OpEvoTuner(seed=0, parents_size=8, constraint="constraints:below")
+    tuner.update_search_space({"x": {"_type": "randint", "_value": [0, 1000]}})
+    drawn, sample = set(), tuner.space.sample
+
+    def recorded(rng):
+        config = sample(rng)
+        drawn.add(tuner.space.identity(config))
+        return config
+
+    tuner.space.sample = recorded
+    first = []
+    for pid in range(8):
+        params = tuner.generate_parameters(pid)
+        tuner.receive_trial_result(pid, params, float(params["x"]))
+        first.append(params)
+    assert all(p["x"] < 200 for p in first)
+    assert all(tuner.space.identity(tuner.space.from_trial(p)) in drawn for p in first)
+    assert not tuner.in_random_start()
+
+
+def test_the_best_configurations_whole_neighbourhood_is_screened_and_bounded():
+    """Beside its bred children, a screened proposal ranks every neighbour of the epoch's best;
+    a neighbourhood too large to list (a choice of many options) is sampled instead."""
+    tuner = OpEvoTuner(seed=0, screen=8)
+    tuner.update_search_space({"size": {"_type": "discrete", "_value": [8, 16, 24, 32, 64]},
+                               "order": {"_type": "perm", "_value": 3}})
+    best = {("size",): 1, ("order",): (0, 1, 2)}  # 16
+    ring = {tuner.space.identity(c) for c in tuner._ring(best)}
+    assert ring == {tuner.space.identity(c) for c in tuner.space.neighbours(best, scaled=True)}
+    assert {dict(key)[("size",)] for key in ring} == {0, 1, 2, 3}  # 8, 24 and 32 (the double) around 16
+    wide = OpEvoTuner(seed=0, screen=8)
+    wide.update_search_space({"kernel": {"_type": "choice", "_value": list(range(1000))}})
+    assert len(wide._ring({("kernel",): 0})) == 8
 
 
 def test_screened_beats_random_search_early():
