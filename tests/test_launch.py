@@ -26,6 +26,14 @@ def test_console_lists_its_commands_and_refuses_unknown_ones():
     assert wrong.returncode == 2 and "unknown command 'lanch'" in wrong.stderr
 
 
+def test_console_docs_explains_itself_and_names_a_file_it_cannot_rewrite(tmp_path):
+    helped = subprocess.run([*CLI, "docs", "--help"], capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and "usage: nni-opevo docs [FILE ...]" in helped.stdout
+    missing = tmp_path / "no-such.md"
+    failed = subprocess.run([*CLI, "docs", str(missing)], capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 2 and f"cannot rewrite {missing}" in failed.stderr and "Traceback" not in failed.stderr
+
+
 def test_console_runs_a_subcommand_with_its_own_options():
     params = {"tile_n": [8, 8, 4], "tile_m": [4, 4, 16], "tile_k": [64, 4], "block_order": ["n", "k", "m"]}
     out = subprocess.run([*CLI, "trial", "--workload", "MM_small", "--target", "cpu", "--min-repeat-ms", "5",

@@ -34,8 +34,17 @@ def docs(argv: list[str]) -> int:
 
     from . import REPO_ROOT
 
+    if argv and argv[0] in ("-h", "--help"):
+        print("usage: nni-opevo docs [FILE ...]\n\nRegenerate the <!-- classArgs of <Tuner> --> tables of each "
+              f"Markdown FILE (default: {REPO_ROOT}/docs/tuners.md) from the tuners' declarations.")
+        return 0
     for path in argv or [f"{REPO_ROOT}/docs/tuners.md"]:
-        print(f"{path}: {'rewritten' if rewrite_file(path) else 'already current'}")
+        try:
+            changed = rewrite_file(path)
+        except OSError as e:
+            print(f"nni-opevo docs: cannot rewrite {path}: {e.strerror}", file=sys.stderr)
+            return 2
+        print(f"{path}: {'rewritten' if changed else 'already current'}")
     return 0
 
 
