@@ -13,6 +13,15 @@ from a batch only when all of it is measured, so that is when each result counts
 ``tuner_ms`` column is empty (NaN): its search, its builds and its measurements share one
 process pool and are not told apart, so its wall-clock axis is its whole cost.
 
+Start-up: TVM 0.27's MetaSchedule imports ``tvm.s_tir.tensor_intrin`` in the tuning process
+and again in every builder process (a fresh pool per batch), parsing about 500 TVMScript
+functions, and its parser calls ``inspect.stack()`` for each, which looks up every frame's
+source module among all loaded modules: 23 s per import in a bare process on the 2-core
+development machine, 40-60 s in the harness, longer under pytest. None of that is tuning, and a
+user with fewer modules loaded pays less of it, so the harness loads the intrinsics with a
+stack of frames and their lines only (``load_tensor_intrinsics``: what the parser reads of it),
+once in the tuning process and once per builder process: about 1 s each.
+
 Differences a reader should know: MetaSchedule does not check results (our trials verify
 every kernel against a float64 reference); and its search state lives in its process, so an
 interrupted run cannot be resumed: its rows are written when the run ends, and a run cut short
@@ -28,8 +37,11 @@ so that a budget of 64 gives its cost model four rounds; TVM's own default is 64
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
+import linecache
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -73,6 +85,32 @@ class Measured:
     latency_s: float | None
     finished_s: float  # since tuning started: when its batch was measured
     task: str = ""  # the network layer it belongs to (empty for a single workload)
+
+
+def load_tensor_intrinsics() -> None:
+    """Import ``tvm.s_tir.tensor_intrin`` with ``inspect.stack`` answering from the frames alone
+    (see the module docstring); the builder pool's initializer, hence a module-level function."""
+    saved = inspect.stack
+    inspect.stack = _frames
+    try:
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+    finally:
+        inspect.stack = saved
+
+
+def _frames(context: int = 1) -> list[inspect.FrameInfo]:
+    """The caller's frames as ``inspect.stack`` gives them (frame, file, line, function, that
+    line), without resolving each frame's module: what TVMScript's parser uses of the stack is
+    the frames' locals and the decorator's line."""
+    out = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        line = linecache.getline(code.co_filename, frame.f_lineno)
+        out.append(inspect.FrameInfo(frame, code.co_filename, frame.f_lineno, code.co_name,
+                                     [line] if line else None, 0 if line else None))
+        frame = frame.f_back
+    return out
 
 
 def run(workload: Workload, target: Target, limits: Limits, spec: str, seed: int, budget: int) -> list[Measured]:
@@ -119,6 +157,7 @@ def _tune(tasks: list[tuple[str, Workload, int]], target: Target, limits: Limits
                     latency = statistics.median(float(s) for s in ran.run_secs)
                     measured.append(Measured(key, flops[task_id] / latency / 1e12, "NO_ERROR", latency, now, name))
 
+    load_tensor_intrinsics()
     host = tvm.target.Target(kernel.for_host(target).tvm_target())
     runner = ms.runner.LocalRunner(
         timeout_sec=limits.run_timeout,
@@ -132,7 +171,8 @@ def _tune(tasks: list[tuple[str, Workload, int]], target: Target, limits: Limits
             for name, (_, w, _), state in zip(names, tasks, fork_seed(seed, n=len(tasks)))]
         database = ms.tune_tasks(tasks=contexts, task_weights=[float(count) for _, _, count in tasks], work_dir=work_dir,
                       max_trials_global=budget, num_trials_per_iter=settings["num_trials_per_iter"],
-                      builder=ms.builder.LocalBuilder(timeout_sec=limits.build_timeout), runner=runner,
+                      builder=ms.builder.LocalBuilder(timeout_sec=limits.build_timeout,
+                                                                initializer=load_tensor_intrinsics), runner=runner,
                       database="memory", measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
                                                             Record()], task_scheduler="gradient")
         best = {}
