@@ -6,7 +6,8 @@ An entry names a tuner class and only the classArgs it sets beyond the class's o
 the full classArgs come from the tuner's declaration (``nni_opevo.class_args``), so a default
 lives in one place. A name may carry classArg overrides after a colon, e.g.
 ``opevo:mutate_rate=0.3,parents_size=4`` (the sensitivity sweeps); values are read as JSON,
-else kept as strings.
+else kept as strings. A network's tuner takes the NetworkTuner's own classArgs after an ``@``,
+a bare word naming the allocator: ``opevo@round-robin``, ``opevo@gradient,transfer=false``.
 """
 from __future__ import annotations
 
@@ -55,16 +56,24 @@ def parse(spec: str) -> tuple[str, dict[str, Any]]:
     name, _, rest = spec.partition(":")
     if name not in CATALOG:
         raise ValueError(f"unknown tuner {name!r}; known: {', '.join(CATALOG)}")
+    return name, _overrides(spec, rest)
+
+
+def _overrides(spec: str, rest: str, bare: str | None = None) -> dict[str, Any]:
+    """``key=value,...`` -> {key: value} (values read as JSON, else kept as strings); an item
+    without ``=`` sets classArg ``bare`` where one is given, else it is an error naming ``spec``."""
     overrides: dict[str, Any] = {}
     for item in filter(None, rest.split(",")):
         key, eq, raw = item.partition("=")
         if not eq:
-            raise ValueError(f"tuner {spec!r}: override {item!r} is not key=value")
+            if bare is None:
+                raise ValueError(f"tuner {spec!r}: override {item!r} is not key=value")
+            key, raw = bare, item
         try:
             overrides[key] = json.loads(raw)
         except json.JSONDecodeError:
             overrides[key] = raw
-    return name, overrides
+    return overrides
 
 
 def class_args(spec: str, optimize_mode: str = "maximize", seed: int | None = None,
@@ -106,22 +115,23 @@ SHARED_ARGS = ("optimize_mode", "seed", "constraint", "constraint_args")
 """classArgs a NetworkTuner passes on to every layer's tuner itself."""
 
 
-def network_spec(spec: str) -> tuple[str, str]:
-    """``opevo@round-robin`` -> (the layers' catalog tuner, the allocator); gradient by default."""
-    tuner, _, allocator = spec.partition(ALLOCATOR_MARK)
-    return tuner, allocator or "gradient"
+def network_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``opevo@round-robin,transfer=false`` -> (the layers' catalog tuner, the NetworkTuner's own
+    classArgs: a bare word names the allocator)."""
+    tuner, _, rest = spec.partition(ALLOCATOR_MARK)
+    return tuner, _overrides(spec, rest, bare="allocator")
 
 
 def network_class_args(spec: str, weights: dict[str, float], seed: int | None = None,
                        extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every classArg of a NetworkTuner running catalog tuner ``spec`` (with ``@allocator``) on
     each layer; ValueError naming a bad one (a built-in behind ChoiceView cannot be a layer's)."""
-    tuner, allocator = network_spec(spec)
+    tuner, network_args = network_spec(spec)
     class_name, values = class_args(tuner)
     if CATALOG[parse(tuner)[0]].builtin is not None:
         raise ValueError(f"{tuner}: a network's layers are tuned by tuners of this package, not NNI's built-ins")
     inner = {k: v for k, v in values.items() if k not in SHARED_ARGS}
-    given = {"tuner": class_name, "tuner_args": inner, "allocator": allocator, "weights": weights, **(extra or {}),
+    given = {"tuner": class_name, "tuner_args": inner, "weights": weights, **network_args, **(extra or {}),
              **({"seed": seed} if seed is not None else {})}
     values = nni_opevo.NetworkTuner.Args.parse(given).values()
     if values.get("seed") is None:

@@ -109,6 +109,11 @@ class PopulationTuner(Tuner):
     def _rebuild(self) -> None:
         """The population was replaced (new search space): rebuild the algorithm's state from it."""
 
+    def learn_from(self, kin: list[PopulationTuner]) -> None:
+        """Tuners over spaces of the same ``SearchSpace.meaning`` (a network's layers of one
+        template) whose measurements this one may learn from as they arrive. Only a tuner with
+        a model that can pool them uses it (OpEvo's surrogate); the others tune alone."""
+
     # ------------------------------------------------------------------ NNI interface
 
     @fatal.guard

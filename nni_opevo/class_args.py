@@ -89,6 +89,12 @@ def one_of(*options: str) -> Rule:
     return rule
 
 
+def flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise fail(name, "must be true or false", value)
+    return value
+
+
 def optional_seed(name: str, value: Any) -> int | None:
     if value is None:
         return None

@@ -5,7 +5,10 @@ Why one experiment for all rather than one per layer: the budget is shared, and 
 the next trial goes needs every layer's progress at once, which only a tuner that sees every
 result has; NNI runs one tuner per experiment, so separate experiments could only be steered
 from outside, stopping and resuming them (seconds of NNI start-up each time). One experiment
-also gives one web UI, one trial table and one ``maxTrialNumber`` for the network.
+also gives one web UI, one trial table and one ``maxTrialNumber`` for the network, and lets
+layers of one template learn from each other (``transfer``): with ~10 trials a layer, a layer
+tuned alone is still in its random start when its budget ends, while its kin have already
+measured where this template's kernels run well.
 
 The search space is one top-level nested ``choice`` whose options are the layers, each option
 ``{"_name": <layer>, ...that layer's parameters...}``; a trial receives
@@ -35,7 +38,7 @@ from nni.tuner import Tuner
 
 from . import allocation, fatal
 from .base import PopulationTuner, parse_records
-from .class_args import SearchArgs, Validator, arg, document, fail, mapping, one_of
+from .class_args import SearchArgs, Validator, arg, document, fail, flag, mapping, one_of
 from .fitness import objective
 from .journal import Journal
 from .parameters import SpaceError
@@ -75,6 +78,8 @@ class NetworkArgs(SearchArgs):
     allocator: str = arg("gradient", one_of(*allocation.ALLOCATORS),
                          "'gradient' (Ansor's task scheduler) or 'round-robin': which layer gets the next trial")
     weights: dict = arg({}, positive_weights, "layer -> how many times the network runs it (default 1 each)")
+    transfer: bool = arg(True, flag, "layers whose parameters mean the same (one template) learn from each other's "
+                                     "measurements, where the tuner has a model to pool them (OpEvo)")
 
     def check(self) -> None:
         own = {"constraint", "constraint_args", "optimize_mode", "seed"} & set(self.tuner_args)
@@ -131,11 +136,26 @@ class NetworkTuner(Tuner):
                                         if self.args.constraint else {})
                 self.layers[name].journal = Journal(None)  # the network journals whole proposals (below)
             self.layers[name].update_search_space(space)
+        if self.args.transfer:
+            self._introduce_kin()
         if self.allocator is None:
             weights = {name: self.args.weights.get(name, 1.0) for name in options}
             self.allocator = allocation.make(self.args.allocator, weights, np.random.default_rng(self.seed))
         if self._resumed:
             self._replay_journal()
+
+    def _introduce_kin(self) -> None:
+        """Tell each layer's tuner which other layers' spaces mean the same (``transfer``)."""
+        families: dict[Any, list[PopulationTuner]] = {}
+        for tuner in self.layers.values():
+            families.setdefault(tuner.require_space()[0].meaning, []).append(tuner)
+        for family in families.values():
+            for tuner in family:
+                tuner.learn_from([k for k in family if k is not tuner])
+        if any(len(family) > 1 for family in families.values()):
+            _logger.info("network: layers learning from each other: %s",
+                         "; ".join(", ".join(n for n, t in self.layers.items() if t in family)
+                                   for family in families.values() if len(family) > 1))
 
     def load_checkpoint(self) -> None:
         self._resumed = self.journal.read()

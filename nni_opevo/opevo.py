@@ -157,7 +157,13 @@ class OpEvoTuner(PopulationTuner):
         self.epochs = 1
         self.surrogate: Surrogate | None = None
         self.measured = TrainingSet()
+        self.kin: list[OpEvoTuner] = []
         self.step: Step = scaled_step if self.args.variant == "screened" else topology_step
+
+    def learn_from(self, kin: list[PopulationTuner]) -> None:
+        """The screened variant's surrogate also trains on ``kin``'s measurements, each tuner's
+        scaled to its own best, and with them screens even the random start (``_start``)."""
+        self.kin = [k for k in kin if isinstance(k, OpEvoTuner) and k is not self]
 
     # ------------------------------------------------------------------ base hooks
 
@@ -215,22 +221,51 @@ class OpEvoTuner(PopulationTuner):
             _logger.info("OpEvo: no better kernel in %d measurements; restart %d from new random configurations",
                          self.args.restart, self.epochs - 1)
         if self.in_random_start():  # each epoch's random initial population
-            return space.sample(self.rng)
+            return self._start()
         parents = self._epoch_parents()
         if not any(w > 0 for _, w in parents):
             return space.sample(self.rng)
         prepared = Parents(space, parents)
         bred = self.fresh(self._candidates(prepared), self.args.screen, learn=False)
         candidates = bred + self.fresh(self._ring(parents[0][0]), learn=False, besides=bred)
+        if not candidates:
+            return breed(space, prepared, self.args.mutate_rate, self.rng, self.step)
+        return self._most_promising(candidates)
+
+    def _start(self) -> Config:
+        """A member of the random start: a uniform draw; with kin that have measured (a network's
+        other layers of this template), the most promising of ``screen`` uniform draws by a
+        surrogate that has learned from theirs, so a layer starts where its kin's kernels ran
+        well instead of blind."""
+        space, _ = self.require_space()
+        if not any(len(k.measured) for k in self.kin):
+            return space.sample(self.rng)
+        draws = (space.sample(self.rng) for _ in range(SCREEN_ATTEMPTS * self.args.screen))
+        candidates = self.fresh(draws, self.args.screen, learn=False)
+        return self._most_promising(candidates) if candidates else space.sample(self.rng)
+
+    def _most_promising(self, candidates: list[Config]) -> Config:
+        """The candidate of the highest expected improvement under the surrogate refitted now
+        (the first one while it cannot be fitted)."""
+        space, _ = self.require_space()
         if len(candidates) < 2:
-            return candidates[0] if candidates else breed(space, prepared, self.args.mutate_rate, self.rng, self.step)
+            return candidates[0]
         assert self.surrogate is not None
-        rows, weights = self.measured.arrays(population.fitness)
-        self.surrogate.fit(rows, weights)
+        self.surrogate.fit(*self._training())
         if not self.surrogate.ready:
             return candidates[0]
         gains = self.surrogate.expected_improvement(np.stack([space.atoms(c) for c in candidates]))
         return candidates[int(np.argmax(gains))]
+
+    def _training(self) -> tuple[np.ndarray, np.ndarray]:
+        """(atoms, eq. 2 weights) the surrogate fits: the kin's measurements, each scaled by its
+        own tuner's best (a layer twice as fast is not a better configuration), then this
+        tuner's own, last, so that they count as the most recent."""
+        space, _ = self.require_space()
+        parts = [t.measured.arrays(t.population.fitness) for t in (*self.kin, self) if t.population and len(t.measured)]
+        if not parts:
+            return np.zeros((0, len(space.ordinal))), np.zeros(0)
+        return np.concatenate([rows for rows, _ in parts]), np.concatenate([weights for _, weights in parts])
 
     def in_random_start(self) -> bool:
         """Whether the next trial belongs to the current epoch's lambda random ones."""

@@ -149,6 +149,13 @@ class Parameter(ABC):
         """Which of ``atoms`` are ordinal (see ``atoms``)."""
         return (False,)
 
+    @property
+    def meaning(self) -> Hashable:
+        """What this parameter's ``atoms`` stand for: two parameters of equal meaning encode a
+        value alike, so a surrogate may learn from measurements on either (a network's layers
+        of one template). By default the type and its whole ``_value``."""
+        return self.type_name, json.dumps(self.spec_value, sort_keys=True, default=str)
+
     @abstractmethod
     def to_trial(self, value: Value) -> Any:
         """The value as the trial receives it (JSON-serializable)."""
@@ -291,6 +298,11 @@ class FactorParameter(Parameter):
     @property
     def ordinal(self) -> tuple[bool, ...]:
         return (True,) * self.nu
+
+    @property
+    def meaning(self) -> Hashable:
+        """Shares of C whatever C: the same loop tiled nu ways means the same for any extent."""
+        return self.type_name, self.nu
 
     def enumerate(self) -> Iterator[tuple[int, ...]]:
         per_prime = [[tuple(p**k for k in comp) for comp in _compositions(e, self.nu)] for p, e in self.factorization]

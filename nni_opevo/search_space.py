@@ -212,6 +212,12 @@ class SearchSpace:
         """Which columns of ``atoms`` are ordinal (compared by distance) rather than categorical."""
         return np.array([o for slot in self.slots for o in slot.param.ordinal], dtype=bool)
 
+    @cached_property
+    def meaning(self) -> Hashable:
+        """What ``atoms`` stand for, column by column (``Parameter.meaning`` of every slot): two
+        spaces of equal meaning give rows a surrogate can learn from together."""
+        return tuple((slot.key, slot.param.meaning) for slot in self.slots)
+
     def atoms(self, config: Config) -> np.ndarray:
         """The configuration as the screening surrogate compares it: each active parameter's
         ``Parameter.atoms`` in space order (a factor and a perm one per entry), NaN where a

@@ -82,3 +82,12 @@ def test_catalog_overrides_are_checked_by_the_declaration():
         catalog.class_args("opevo:mutate_rate=3")
     with pytest.raises(ValueError, match="classArg 'mutat_rate' is not known"):
         catalog.build("opevo:mutat_rate=0.3")
+
+
+def test_a_network_spec_sets_the_network_tuners_own_class_args():
+    weights = {"a": 1.0}
+    assert catalog.network_class_args("opevo", weights)["allocator"] == "gradient"
+    args = catalog.network_class_args("opevo:mutate_rate=0.3@round-robin,transfer=false", weights)
+    assert (args["allocator"], args["transfer"], args["tuner_args"]["mutate_rate"]) == ("round-robin", False, 0.3)
+    with pytest.raises(ValueError, match="classArg 'transfer' must be true or false"):
+        catalog.network_class_args("opevo@transfer=maybe", weights)
