@@ -35,6 +35,9 @@ ways, each measured in docs/tuners.md on brute-forced tuning spaces:
   ``Epoch``, a new epoch starts: lambda new random configurations and parents drawn only from
   the new epoch's measurements, while the surrogate keeps learning from all of them. An
   evolutionary search converges on one basin; a good kernel is often in another.
+* **Kin.** Inside a network (``NetworkTuner`` with ``transfer``), the surrogate also learns
+  from the other layers of the same template (``learn_from``) and screens the random start
+  with what they measured: a layer's ten or twenty trials need not start blind.
 
 In both variants no configuration is proposed twice (sec. 4.4): a child that is evaluated or
 in flight is mutated again, up to ``REMUTATIONS`` times, then ``base`` finds the nearest
@@ -53,6 +56,7 @@ import numpy as np
 
 from .base import PopulationTuner
 from .class_args import SearchArgs, Validator, arg, one_of, open_unit, positive_int, unit
+from .fitness import Fitness
 from .operators import Parents, Step, breed, nudge, scaled_step, topology_step
 from .population import Population
 from .search_space import Config, ConfigKey
@@ -161,9 +165,23 @@ class OpEvoTuner(PopulationTuner):
         self.step: Step = scaled_step if self.args.variant == "screened" else topology_step
 
     def learn_from(self, kin: list[PopulationTuner]) -> None:
-        """The screened variant's surrogate also trains on ``kin``'s measurements, each tuner's
-        scaled to its own best, and with them screens even the random start (``_start``)."""
+        """The screened variant's surrogate also trains on ``kin``'s measurements (``_training``)
+        and with them screens even the random start (``_start``)."""
         self.kin = [k for k in kin if isinstance(k, OpEvoTuner) and k is not self]
+        if self.space is not None:
+            self.surrogate = Surrogate(SURROGATE_CAPACITY, self._ordinal())
+
+    def _ordinal(self) -> np.ndarray:
+        """The surrogate's atom kinds: the space's, and with kin one categorical atom more, the
+        tuner a measurement belongs to (``_training``)."""
+        space, _ = self.require_space()
+        return np.append(space.ordinal, False) if self.kin else space.ordinal
+
+    def _atoms(self, config: Config) -> np.ndarray:
+        """``config`` as the surrogate sees it: its atoms, and with kin this tuner's own code."""
+        space, _ = self.require_space()
+        atoms = space.atoms(config)
+        return np.append(atoms, float(len(self.kin))) if self.kin else atoms
 
     # ------------------------------------------------------------------ base hooks
 
@@ -171,7 +189,7 @@ class OpEvoTuner(PopulationTuner):
         space, population = self.require_space()
         self.generation, self.epoch, self.epochs = None, Epoch(start=0), 1
         self.measured = TrainingSet()
-        self.surrogate = Surrogate(SURROGATE_CAPACITY, space.ordinal)
+        self.surrogate = Surrogate(SURROGATE_CAPACITY, self._ordinal())
         for key, record in population.records.items():
             if record.evaluated and not record.rejected:
                 self._observe(key)
@@ -254,18 +272,32 @@ class OpEvoTuner(PopulationTuner):
         self.surrogate.fit(*self._training())
         if not self.surrogate.ready:
             return candidates[0]
-        gains = self.surrogate.expected_improvement(np.stack([space.atoms(c) for c in candidates]))
+        gains = self.surrogate.expected_improvement(np.stack([self._atoms(c) for c in candidates]))
         return candidates[int(np.argmax(gains))]
 
     def _training(self) -> tuple[np.ndarray, np.ndarray]:
-        """(atoms, eq. 2 weights) the surrogate fits: the kin's measurements, each scaled by its
-        own tuner's best (a layer twice as fast is not a better configuration), then this
-        tuner's own, last, so that they count as the most recent."""
-        space, _ = self.require_space()
-        parts = [t.measured.arrays(t.population.fitness) for t in (*self.kin, self) if t.population and len(t.measured)]
-        if not parts:
-            return np.zeros((0, len(space.ordinal))), np.zeros(0)
-        return np.concatenate([rows for rows, _ in parts]), np.concatenate([weights for _, weights in parts])
+        """(atoms, eq. 2 weights) the surrogate fits. Alone: this tuner's measurements. With kin:
+        theirs too, each row ending in a code of the tuner it belongs to (categorical, so the
+        surrogate's fitted relevance of that atom says how far measurements carry from one
+        layer to another), and all weighed on one scale of the pooled objectives: a layer's
+        scores scaled to its own best would, after its first two or three trials, call a poor
+        kernel its best. TFLOPS, what the trials report, compare across layers of one template;
+        this tuner's own rows come last, the most recent, which the surrogate keeps first."""
+        _, population = self.require_space()
+        if not self.kin:
+            return self.measured.arrays(population.fitness)
+        members = [(code, t) for code, t in enumerate((*self.kin, self)) if len(t.measured)]
+        if not members:
+            return np.zeros((0, len(self._ordinal()))), np.zeros(0)
+        pooled = Fitness(population.fitness.mode)
+        values = np.concatenate([t.measured.objectives for _, t in members])
+        if np.isfinite(values).any():
+            pooled.observe(float(np.nanmin(values)))
+            pooled.observe(float(np.nanmax(values)))
+        rows = [np.column_stack([t.measured.arrays(pooled)[0], np.full(len(t.measured), float(code))])
+                for code, t in members]
+        weights = [pooled.weights(t.measured.objectives) for _, t in members]
+        return np.concatenate(rows), np.concatenate(weights)
 
     def in_random_start(self) -> bool:
         """Whether the next trial belongs to the current epoch's lambda random ones."""

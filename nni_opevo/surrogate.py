@@ -258,6 +258,11 @@ class TrainingSet:
     def keys_since(self, start: int) -> set[Any]:
         return set(self._keys[start:])
 
+    @property
+    def objectives(self) -> np.ndarray:
+        """Every measurement's objective in arrival order (NaN for a failure)."""
+        return self._objectives[: len(self._keys)]
+
     def arrays(self, fitness: Any) -> tuple[np.ndarray, np.ndarray]:
         """(atoms, eq. 2 weights) of every measurement; ``fitness`` is the population's."""
         n = len(self._keys)

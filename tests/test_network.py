@@ -4,6 +4,7 @@ layer, and a whole network experiment under nnictl with its end-to-end latency."
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -41,9 +42,10 @@ def latency(name, params):
     return {"big": 1.0 + abs(t - 8) / 8, "mid": 0.3 + abs(t - 8) / 64}.get(name, 0.05)
 
 
-def drive(tuner, trials, space=None, measure=latency):
+def drive(tuner, trials, space=None, measure=latency, work=lambda name, params: 1.0):
     """Propose, measure and report one trial at a time; (layer, params) of each trial. A
-    ``measure`` of None is a failed kernel (0 TFLOPS, no latency)."""
+    ``measure`` of None is a failed kernel (0 TFLOPS, no latency); the value reported is
+    ``work`` / latency, a rate like TFLOPS."""
     tuner.update_search_space(space or network_space())
     done = []
     for pid in range(trials):
@@ -53,7 +55,7 @@ def drive(tuner, trials, space=None, measure=latency):
             break
         name, inner = networks.split(params)
         ms = measure(name, inner)
-        tuner.receive_trial_result(pid, params, {"default": 1 / ms if ms else 0.0, "latency_ms": ms})
+        tuner.receive_trial_result(pid, params, {"default": work(name, inner) / ms if ms else 0.0, "latency_ms": ms})
         tuner.trial_end(pid, True)
         done.append((name, inner))
     return done
@@ -283,13 +285,15 @@ def shared_template_space(extents):
 
 def template_latency(name, params):
     """Every layer runs fastest with its middle tile a quarter of the loop's log extent, the
-    identity loop order and unroll 64: what one layer's measurements teach holds for the others."""
-    import math
-
-    extent = math.prod(params["t"])
-    share = math.log2(params["t"][1]) / math.log2(extent)
+    identity loop order and unroll 64: what one layer's measurements teach holds for the others.
+    Work grows with the extent (``template_work``), so the rate compares across layers."""
+    share = math.log2(params["t"][1]) / math.log2(template_work(name, params))
     slow = 1 + 4 * abs(share - 0.25) + (params["o"] != [0, 1, 2]) + 0.5 * (params["u"] != 64)
-    return extent / 1000 * slow
+    return template_work(name, params) / 1000 * slow
+
+
+def template_work(name, params):
+    return math.prod(params["t"])
 
 
 @pytest.mark.slow
@@ -306,7 +310,7 @@ def test_layers_of_one_template_learn_from_each_other():
         cost = {}
         for transfer in (True, False):
             tuner = NetworkTuner(seed=seed, allocator="round-robin", transfer=transfer)
-            drive(tuner, 64, shared_template_space(extents), template_latency)
+            drive(tuner, 64, shared_template_space(extents), template_latency, template_work)
             cost[transfer] = tuner.allocator.cost()
         wins += cost[True] < cost[False]
     assert stats.sign_test(14, 16) < stats.ALPHA
