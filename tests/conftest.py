@@ -5,23 +5,43 @@ fixed, short deadlines (the dispatcher must connect within 10 s, the web server 
 ``nnictl create`` within about 3 s), which three experiments starting at once on two cores can
 miss. So the slow tests run in two lanes (xdist groups, each on one worker, one test at a
 time), and the fast tests fill in around them; tests sharing a module-scoped fixture (one
-quickstart run, one browser) stay in one lane, so the fixture is set up once.
+quickstart run, one browser) stay in one lane, so the fixture is set up once. The lanes are
+balanced by each test's rough duration, ``@pytest.mark.slow(seconds=...)`` where it is far
+from ``SLOW_SECONDS`` (the suite ends when the longer lane does): heaviest group first, each
+to the lane with less so far.
 """
 from __future__ import annotations
 
 import pytest
 
 LANES = 2
+SLOW_SECONDS = 30
+"""A slow test's duration when its mark does not say (a short NNI experiment on 2 cores)."""
+
+
+def _seconds(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("slow")
+    return float(mark.kwargs.get("seconds", SLOW_SECONDS)) if mark else 0.0
+
+
+def _group(item: pytest.Item) -> str:
+    """The first module-scoped fixture the test uses (its users share a lane), else the test."""
+    fixtures = getattr(item, "_fixtureinfo", None)
+    shared = sorted(f"{item.module.__name__}.{name}" for name, defs in
+                    (fixtures.name2fixturedefs.items() if fixtures else ())
+                    if defs and defs[-1].scope == "module")
+    return shared[0] if shared else item.nodeid
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups to schedule by
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    lanes: dict[str, str] = {}
-    for index, item in enumerate(i for i in items if i.get_closest_marker("slow")):
-        fixtures = getattr(item, "_fixtureinfo", None)
-        shared = sorted(f"{item.module.__name__}.{name}" for name, defs in
-                        (fixtures.name2fixturedefs.items() if fixtures else ())
-                        if defs and defs[-1].scope == "module")
-        key = shared[0] if shared else item.nodeid
-        lane = lanes.setdefault(key, f"slow-lane-{(len(lanes) if shared else index) % LANES}")
-        item.add_marker(pytest.mark.xdist_group(lane))
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        if item.get_closest_marker("slow"):
+            groups.setdefault(_group(item), []).append(item)
+    load = [0.0] * LANES
+    for _, members in sorted(groups.items(), key=lambda kv: (-sum(map(_seconds, kv[1])), kv[0])):
+        lane = min(range(LANES), key=load.__getitem__)
+        load[lane] += sum(map(_seconds, members))
+        for item in members:
+            item.add_marker(pytest.mark.xdist_group(f"slow-lane-{lane}"))

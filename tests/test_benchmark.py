@@ -116,7 +116,7 @@ def test_unknown_tuner_fails_before_running(tmp_path):
         main(["--tuners", "opevoo", "--out", str(tmp_path / "x"), "--no-progress"])
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=65)
 def test_metaschedule_tunes_the_same_live_workload_with_the_same_budget(tmp_path):
     """TVM MetaSchedule run by TVM itself: as many measured rows as the budget, in order, each
     known when its batch was measured, scored in TFLOPS like a trial, no tuner time of its own."""

@@ -45,7 +45,7 @@ def test_console_runs_a_subcommand_with_its_own_options():
     assert helped.returncode == 0 and "nni-opevo spaces" in helped.stdout and "--tuner" in helped.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=60)
 def test_launch_runs_a_generated_peer_experiment_and_remeasures_the_winner(tmp_path):
     """``nni-opevo launch --workload MM_small --tuner gbfs --target cpu``: the config is generated,
     the experiment runs under nnictl, and the winner printed is the re-measured one, with its

@@ -223,7 +223,7 @@ def test_spaces_writes_a_network_experiment(tmp_path):
     NetworkTuner(**args).update_search_space(space)  # the tuner takes what was written
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=65)
 def test_a_network_experiment_under_nnictl_ends_with_its_end_to_end_latency(tmp_path):
     """A two-layer network tuned by one NNI experiment, then exported: each layer's best
     re-measured (or TVM's default schedule where no trial reached it) and the network's latency

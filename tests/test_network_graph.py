@@ -116,7 +116,7 @@ def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_p
     assert written["whole_network_ms"] == best.whole_network_ms and written["latency_ms"] == best.latency_ms
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=175)
 def test_the_benchmark_tunes_a_network_with_each_allocator_and_metaschedule_and_builds_it_whole(tiny, tmp_path):
     """The harness runs NetworkTuners (gradient and round-robin) and MetaSchedule's task
     scheduler on the same network, times its layers at TVM's default schedule once, reports the

@@ -57,6 +57,7 @@ def workdir(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow(seconds=175)
 def test_class_name_experiment_evolves(workdir):
     tuner = {"className": "nni_opevo.OpEvoTuner", "codeDirectory": str(workdir), "classArgs": {"seed": 3}}
     with Experiment(workdir, config(workdir, analytic_trial.space(), tuner, 60, concurrency=6)) as exp:
@@ -154,6 +155,7 @@ def quickstart(tmp_path_factory) -> tuple[Path, dict]:
     return workdir / "nni" / exp.id, results
 
 
+@pytest.mark.slow(seconds=185)
 def test_cpu_quickstart_experiment_measures_real_kernels(quickstart):
     _, results = quickstart
     trials = len(results)
@@ -188,6 +190,7 @@ def test_export_rebuilds_and_remeasures_the_best_of_a_stopped_experiment(quickst
     assert f"parameter {best['parameter_id']}" in done.stdout
 
 
+@pytest.mark.slow(seconds=55)
 def test_cuda_mm1_experiment_spends_no_trial_on_the_static_limits(workdir):
     """The shipped CUDA MM1 experiment, build-only on this GPU-less machine: the tuner's
     constraint (the trial code's static check, H100 limits) refuses the configurations that
@@ -227,6 +230,7 @@ def test_a_raising_constraint_ends_the_experiment_with_its_message(workdir):
         assert exp.parameters() == {}
 
 
+@pytest.mark.slow(seconds=75)
 def test_stop_and_resume_mid_run_loses_and_repeats_nothing(workdir):
     """``nnictl stop`` while trials run, then ``nnictl resume``: the results NNI kept come back
     (import_data), the configurations whose trials the stop cancelled come back from the
