@@ -26,8 +26,9 @@ import ctypes, trial_code.measure as m
 m.time_kernel = lambda *a, **k: ctypes.string_at(0)
 """
 HANG = """
-import time, trial_code.measure as m
+import os, time, trial_code.measure as m
 def forever(*a, **k):
+    open(os.environ["NNI_OPEVO_TEST_TIMING"], "w").close()
     while True:
         time.sleep(1)
 m.time_kernel = forever
@@ -38,6 +39,7 @@ m.time_kernel = forever
 def env(tmp_path, monkeypatch):
     """This test's own lock folder (and the variables a fault needs), for the trial and its worker."""
     monkeypatch.setenv("NNI_OPEVO_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("NNI_OPEVO_TEST_TIMING", str(tmp_path / "timing"))  # HANG's kernel touches it
     return dict(os.environ)
 
 
@@ -67,17 +69,20 @@ def workers(lock_dir: str) -> list[psutil.Process]:
     return found
 
 
-def wait_until_measuring(lock_dir: str, timeout: float = 120) -> None:
-    """Until a worker holds the CPU's measurement lock."""
+def wait_until_measuring(env: dict, timeout: float = 120) -> None:
+    """Until a worker times HANG's kernel with the CPU's measurement lock held. Not as soon as
+    the lock is held: on the CPU a trial takes it before it loads TVM and builds, and a worker
+    killed then dies building (COMPILE_HOST), which a loaded machine made likely."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        try:
-            with exclusive("cpu", timeout=0.05):
-                pass
-        except DeviceBusy:
-            return
+        if os.path.exists(env["NNI_OPEVO_TEST_TIMING"]):
+            try:
+                with exclusive("cpu", timeout=0.05):
+                    pass
+            except DeviceBusy:
+                return
         time.sleep(0.2)
-    raise TimeoutError("no worker took the device lock")
+    raise TimeoutError("no worker started timing the kernel with the device lock held")
 
 
 def gone(lock_dir: str, timeout: float = 10) -> bool:
@@ -95,7 +100,7 @@ def test_the_worker_dies_with_its_trial_and_frees_the_device(tmp_path, env, how)
     worker (in a session of its own, timing a kernel) goes too and the device lock is free."""
     lock_dir = env["NNI_OPEVO_LOCK_DIR"]
     process = trial(inject(tmp_path, env, HANG), "--run-timeout", "600")
-    wait_until_measuring(lock_dir)
+    wait_until_measuring(env)
     assert len(workers(lock_dir)) == 1
     process.send_signal(how)
     process.wait(timeout=30)
@@ -107,7 +112,7 @@ def test_the_worker_dies_with_its_trial_and_frees_the_device(tmp_path, env, how)
 def test_a_killed_worker_is_a_reported_failure(tmp_path, env):
     lock_dir = env["NNI_OPEVO_LOCK_DIR"]
     process = trial(inject(tmp_path, env, HANG), "--run-timeout", "600")
-    wait_until_measuring(lock_dir)
+    wait_until_measuring(env)
     workers(lock_dir)[0].kill()
     out, _ = process.communicate(timeout=60)
     report = json.loads(out)
