@@ -294,10 +294,9 @@ class OpEvoTuner(PopulationTuner):
         if np.isfinite(values).any():
             pooled.observe(float(np.nanmin(values)))
             pooled.observe(float(np.nanmax(values)))
-        rows = [np.column_stack([t.measured.arrays(pooled)[0], np.full(len(t.measured), float(code))])
-                for code, t in members]
-        weights = [pooled.weights(t.measured.objectives) for _, t in members]
-        return np.concatenate(rows), np.concatenate(weights)
+        parts = [(code, *t.measured.arrays(pooled)) for code, t in members]
+        rows = [np.column_stack([atoms, np.full(len(atoms), float(code))]) for code, atoms, _ in parts]
+        return np.concatenate(rows), np.concatenate([weights for _, _, weights in parts])
 
     def in_random_start(self) -> bool:
         """Whether the next trial belongs to the current epoch's lambda random ones."""
