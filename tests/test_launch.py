@@ -20,7 +20,7 @@ CLI = [sys.executable, "-m", "trial_code.console"]
 def test_console_lists_its_commands_and_refuses_unknown_ones():
     shown = subprocess.run(CLI, capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0
-    for command in ("launch", "export", "trial", "spaces", "benchmark", "overhead", "register", "docs"):
+    for command in ("launch", "export", "trial", "spaces", "benchmark", "profile", "overhead", "register", "docs"):
         assert f"  {command} " in shown.stdout
     wrong = subprocess.run([*CLI, "lanch"], capture_output=True, text=True, timeout=60)
     assert wrong.returncode == 2 and "unknown command 'lanch'" in wrong.stderr
@@ -32,6 +32,17 @@ def test_console_docs_explains_itself_and_names_a_file_it_cannot_rewrite(tmp_pat
     missing = tmp_path / "no-such.md"
     failed = subprocess.run([*CLI, "docs", str(missing)], capture_output=True, text=True, timeout=60)
     assert failed.returncode == 2 and f"cannot rewrite {missing}" in failed.stderr and "Traceback" not in failed.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--network", "vgg16"], "--network vgg16: only alexnet, resnet18 are built whole"),
+    (["--rounds", "0"], "--rounds and --repeat must be >= 1"),
+    ([], "has no finished run of resnet18 on llvm by our tuners"),
+], ids=["network", "rounds", "no-runs"])
+def test_console_profile_names_what_it_cannot_profile(tmp_path, args, message):
+    failed = subprocess.run([*CLI, "profile", "--out", str(tmp_path), *args], capture_output=True, text=True,
+                            timeout=120)
+    assert failed.returncode == 1 and message in failed.stderr and "Traceback" not in failed.stderr
 
 
 def test_console_runs_a_subcommand_with_its_own_options():

@@ -1,7 +1,8 @@
 """The whole network as one TVM program (``trial_code.network_graph``): the named networks' graphs
 agree with their layer lists, tuned kernels in a built network compute what TVM's own operators
 do, a wrong kernel is caught, the export builds the chosen kernels, and the benchmark tunes a
-network with both allocators and MetaSchedule and builds every run's final kernels beside the sum."""
+network with both allocators and MetaSchedule and builds every run's final kernels beside the sum,
+and the profile times each run's kernels alone and inside the network."""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +15,7 @@ from feasible import feasible
 from trial_code import network_export, network_graph, networks, targets, workloads
 from trial_code.evaluate import Limits
 from trial_code.experiment_client import Ranking
+from trial_code.templates import for_workload
 
 CPU = targets.cpu()
 FAST = Limits(min_repeat_ms=5)
@@ -149,3 +151,37 @@ def test_the_benchmark_tunes_a_network_with_each_allocator_and_metaschedule_and_
     main(command)
     with open(out / "end_to_end.csv", newline="") as handle:
         assert len(list(csv.DictReader(handle))) == len(built)
+
+
+def test_the_profile_times_each_runs_kernels_alone_and_in_the_network_resuming_by_round(tiny, tmp_path):
+    """``benchmarks.network_profile`` rebuilds each of our runs' best kernels from the CSV, times
+    them alone and call by call inside the built network, round after round, and a repeated
+    command adds only the missing rounds; MetaSchedule's run cannot be rebuilt and is named."""
+    from benchmarks import network_profile
+    from benchmarks.table import read_rows
+
+    conv = {networks.KEY: {"_name": "conv", **tuned_params()["conv"]}}
+    fields = ["objective", "workload", "target", "tuner", "seed", "tflops", "configuration"]
+    with open(tmp_path / "trials.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fields)
+        writer.writeheader()
+        for tuner, tflops in (("opevo", "0.002"), ("opevo", "0.001"), ("metaschedule", "0.003")):
+            writer.writerow({"objective": "network", "workload": tiny, "target": "llvm", "tuner": tuner, "seed": "0",
+                             "tflops": tflops, "configuration": json.dumps(conv)})
+    network_profile.profile(tmp_path, tiny, CPU, 2, FAST)
+    rows = read_rows(tmp_path / network_profile.FILE)
+    assert {(r["tuner"], r["round"]) for r in rows} == {("opevo", "0"), ("opevo", "1")}
+    first = [r for r in rows if r["round"] == "0"]
+    assert [r["layer"] for r in first] == ["conv", "fc", network_graph.OTHER, network_profile.WHOLE]
+    conv_row, fc_row = first[0], first[1]
+    flops = for_workload(LAYERS[0].workload).flops(LAYERS[0].workload)
+    assert float(conv_row["recorded_ms"]) == pytest.approx(flops / 0.002 / 1e9, rel=1e-4), "the best trial's"
+    assert fc_row["recorded_ms"] == "", "no trial of fc: it runs at TVM's default schedule"
+    assert all(float(r["alone_ms"]) > 0 and float(r["in_network_ms"]) > 0 for r in (conv_row, fc_row))
+    assert float(first[3]["in_network_ms"]) > 0
+    network_profile.profile(tmp_path, tiny, CPU, 3, FAST)
+    rounds = [r["round"] for r in read_rows(tmp_path / network_profile.FILE) if r["layer"] == network_profile.WHOLE]
+    assert rounds == ["0", "1", "2"], "only the missing round was timed"
+    table = (tmp_path / network_profile.TABLE).read_text()
+    assert "| opevo | 0 |" in table and "3 round(s)" in table
+    assert "Not profiled: metaschedule" in table

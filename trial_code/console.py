@@ -5,6 +5,7 @@
     nni-opevo trial --workload MM_small --target cpu --params '{...}'
     nni-opevo spaces [--workload MM1 --tuner nose]
     nni-opevo benchmark --objective synthetic --workloads SYN1 --out /tmp/bench
+    nni-opevo profile --out docs/results/network-resnet18-transfer
     nni-opevo overhead --tuner opevo
     nni-opevo register
     nni-opevo docs
@@ -22,6 +23,7 @@ COMMANDS = {
     "trial": ("trial_code.trial", "evaluate one configuration (the NNI trial; --params runs it without NNI)"),
     "spaces": ("trial_code.make_spaces", "write search spaces and experiment configs"),
     "benchmark": ("benchmarks.__main__", "compare tuners and draw the figures and tables"),
+    "profile": ("benchmarks.network_profile", "time a network benchmark's final kernels alone and in the built network"),
     "overhead": ("benchmarks.overhead", "time and memory of each tuner's calls against history size"),
     "register": ("nni_opevo.register", "register the tuners with nnictl (tuner: {name: OpEvo})"),
     "docs": ("trial_code.console", "regenerate the classArgs tables of docs/tuners.md from the tuners"),

@@ -16,6 +16,7 @@ list of layers without one, and its latency stays the sum.
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -180,6 +181,73 @@ def kernels(network: str, params: dict[str, dict[str, Any] | None], target: Targ
             for layer in networks.lookup(network)}
 
 
+class Program:
+    """``network`` built with ``layer_kernels``; ``load`` puts it on its device with a seed's
+    random image and weights and checks its output against the reference graph's on them.
+
+    Raises WrongNetwork when the output differs, and whatever TVM raises when a kernel cannot
+    be built. Load and time it with the device's lock held (``exclusive``)."""
+
+    def __init__(self, network: str, layer_kernels: dict[str, Any], target: Target) -> None:
+        import tvm
+
+        self.network, self.target = network, kernel.for_host(target)
+        self.layers = {layer.name for layer in networks.lookup(network)}
+        started = time.perf_counter()
+        self.executable = tvm.compile(module(network, layer_kernels),
+                                      target=tvm.target.Target(self.target.tvm_target()))
+        self.build_s = time.perf_counter() - started
+        self.device = device_of(self.target)
+        self.max_error = math.nan
+
+    def load(self, seed: int) -> Program:
+        import tvm
+        from tvm import relax
+
+        host, expected = _reference(self.network, self.target, seed)
+        self.args = [tvm.runtime.tensor(a, self.device) for a in host]
+        self.vm = relax.VirtualMachine(self.executable, self.device)
+        got = self.vm["main"](*self.args).numpy()
+        scale = float(np.max(np.abs(expected))) or 1.0
+        self.max_error = float(np.max(np.abs(got.astype(np.float64) - expected))) / scale
+        if not self.max_error <= RELATIVE_TOLERANCE:
+            raise WrongNetwork(f"{self.network} with these kernels differs from TVM's own operators: max |error| "
+                               f"{self.max_error:.3g} of the output's scale (allowed {RELATIVE_TOLERANCE})")
+        return self
+
+    def time(self, limits: Limits) -> list[float]:
+        """One inference's latency (ms) in each of ``limits.repeat`` runs of at least ``limits.min_repeat_ms``."""
+        timer = self.vm.time_evaluator("main", self.device, number=1, repeat=limits.repeat,
+                                       min_repeat_ms=limits.min_repeat_ms)
+        return [r * 1e3 for r in timer(*self.args).results]
+
+    def time_calls(self) -> dict[str, float]:
+        """One inference with each of the VM's calls timed (the device synchronized around it):
+        ms per tunable layer (all its calls), the rest (Relax's own operators, allocations)
+        under OTHER. The instrument costs microseconds a call, so the total exceeds ``time``'s."""
+        spent: Counter[str] = Counter()
+        started = [0.0]
+
+        def instrument(func: Any, symbol: str, before: bool, returned: Any, *args: Any) -> int:
+            self.device.sync()
+            if before:
+                started[0] = time.perf_counter()
+            else:
+                spent[symbol if symbol in self.layers else OTHER] += (time.perf_counter() - started[0]) * 1e3
+            return 0  # VMInstrumentReturnKind.NoOp: run the call as usual
+
+        self.vm.set_instrument(instrument)
+        try:
+            self.vm["main"](*self.args)
+        finally:
+            self.vm.set_instrument(None)
+        return dict(spent)
+
+
+OTHER = "(other)"
+"""``Program.time_calls``' name for everything the network runs besides its tunable layers."""
+
+
 def measure(network: str, layer_kernels: dict[str, Any], target: Target, limits: Limits) -> EndToEnd:
     """Build ``network`` calling ``layer_kernels`` (``kernels``, or any scheduled PrimFunc of a
     layer's compute, e.g. MetaSchedule's), check it against the reference graph, and time one
@@ -188,27 +256,10 @@ def measure(network: str, layer_kernels: dict[str, Any], target: Target, limits:
 
     Raises WrongNetwork when the result differs from the reference, and whatever TVM raises
     when a kernel cannot be built."""
-    import tvm
-    from tvm import relax
-
-    target = kernel.for_host(target)
-    started = time.perf_counter()
-    executable = tvm.compile(module(network, layer_kernels), target=tvm.target.Target(target.tvm_target()))
-    build_s = time.perf_counter() - started
-    device = device_of(target)
+    program = Program(network, layer_kernels, target)
     with exclusive(target.device, limits.lock_timeout):
-        host, expected = _reference(network, target, limits.seed)
-        args = [tvm.runtime.tensor(a, device) for a in host]
-        vm = relax.VirtualMachine(executable, device)
-        got = vm["main"](*args).numpy()
-        scale = float(np.max(np.abs(expected))) or 1.0
-        error = float(np.max(np.abs(got.astype(np.float64) - expected))) / scale
-        if not error <= RELATIVE_TOLERANCE:
-            raise WrongNetwork(f"{network} with these kernels differs from TVM's own operators: max |error| "
-                               f"{error:.3g} of the output's scale (allowed {RELATIVE_TOLERANCE})")
-        timer = vm.time_evaluator("main", device, number=1, repeat=limits.repeat, min_repeat_ms=limits.min_repeat_ms)
-        runs = [r * 1e3 for r in timer(*args).results]
-    return EndToEnd(float(np.median(runs)), tuple(runs), build_s, error)
+        runs = program.load(limits.seed).time(limits)
+    return EndToEnd(float(np.median(runs)), tuple(runs), program.build_s, program.max_error)
 
 
 @functools.cache
