@@ -56,13 +56,17 @@ def test_tiny_synthetic_benchmark_writes_csv_plots_table_and_resumes(tmp_path):
 
 
 def test_replay_gives_recorded_values_and_marks_the_unrecorded(tmp_path):
+    """One trial at a time: with more, the simulated clock is charged the tuner's real time, and a
+    loaded machine can change which trial finishes first (benchmarks.dispatch), so the replayed
+    OpEvo would propose another sequence than the recorded one."""
     live = tmp_path / "recorded"
     main(["--objective", "synthetic", "--workloads", "SYN1", "--tuners", "opevo", "--seeds", "1", "--budget", "40",
-          "--out", str(live), "--no-progress"])
+          "--concurrency", "1", "--out", str(live), "--no-progress"])
     recorded = {r["configuration"]: r for r in rows_of(live / "trials.csv")}
     replay = tmp_path / "replay"
     main(["--objective", "recorded", "--record", str(live / "trials.csv"), "--target", "synthetic", "--workloads",
-          "SYN1", "--tuners", "opevo", "gbfs", "--seeds", "1", "--budget", "40", "--out", str(replay), "--no-progress"])
+          "SYN1", "--tuners", "opevo", "gbfs", "--seeds", "1", "--budget", "40", "--concurrency", "1",
+          "--out", str(replay), "--no-progress"])
     rows = rows_of(replay / "trials.csv")
     same = [r for r in rows if r["tuner"] == "opevo"]
     assert all(r["configuration"] in recorded and r["tflops"] == recorded[r["configuration"]]["tflops"] for r in same)
