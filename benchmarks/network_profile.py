@@ -15,6 +15,10 @@ tells apart, layer by layer:
 * **when**: on a shared machine, runs timed hours apart are not comparable; here every run is
   timed in every round, in a rotated order, and the tables give the median over rounds.
 
+TVM's default schedule in every layer is timed the same way where the benchmark recorded it
+(``defaults.json``): a control, since no search picked those kernels, whose recorded against
+alone shows how far the machine itself has drifted since the benchmark ran.
+
 Every round's figures go to ``profile.csv`` as they are taken (a repeated command adds the
 rounds still missing; nothing is timed twice) and ``profile.md`` tabulates them. Our tuners' runs
 are rebuilt from their best configurations in ``trials.csv``; MetaSchedule's kernels lived only in
@@ -38,7 +42,8 @@ from trial_code.targets import Target
 from trial_code.templates import for_workload
 
 from . import metaschedule
-from .network_end_to_end import best_params
+from .network_end_to_end import DEFAULT, best_params
+from .network_report import recorded_defaults
 from .table import read_rows
 
 FILE = "profile.csv"
@@ -146,6 +151,9 @@ def profile(out: Path, network: str, target: Target, rounds: int, limits: Limits
     runs, _ = finished_runs(read_rows(out / "trials.csv"), network, target.kind)
     if not runs:
         raise SystemExit(f"{out / 'trials.csv'} has no finished run of {network} on {target.kind} by our tuners")
+    defaults = recorded_defaults(out, network, target.kind)
+    if defaults:  # the control: no search picked these kernels, so recorded against alone is the machine's drift
+        runs.append(Run(DEFAULT, "", {}, {name: ms for name, ms in defaults.items() if ms}))
     done = done_rounds(out)
     session = Session(network, target, limits)
     for round_ in range(rounds):
@@ -190,6 +198,13 @@ def _total(layers: dict[str, dict[str, float]], column: str) -> float:
     return sum(m["count"] * m.get(column, np.nan) for name, m in layers.items() if name not in (OTHER, WHOLE))
 
 
+def _mean_std(values: list[float]) -> str:
+    """Mean ± sample std (the mean alone for one value)."""
+    if len(values) < 2:
+        return f"{values[0]:.2f}"
+    return f"{np.mean(values):.2f} ± {np.std(values, ddof=1):.2f}"
+
+
 def write_table(out: Path, network: str, target: str) -> None:
     from trial_code.network_graph import OTHER
 
@@ -197,18 +212,33 @@ def write_table(out: Path, network: str, target: str) -> None:
     found = medians(rows)
     rounds = len({r["round"] for r in rows})
     _, skipped = finished_runs(read_rows(out / "trials.csv"), network, target)
+    wholes: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for row in rows:
+        if row["layer"] == WHOLE:
+            wholes[(row["tuner"], row["seed"])].append(float(row["in_network_ms"]))
+    tuners = sorted({t for t, _ in found})
     lines = [f"# {network} on {target}: where each run's time goes", "",
              f"Every run's final kernels timed again in one session, {rounds} round(s), medians over rounds "
-             f"(`python -m benchmarks.network_profile`; its docstring says how). ms per inference.", "",
-             "| tuner | seed | recorded sum | alone sum | layers in the network | (other) | whole network "
-             "| whole / recorded |", "|---|---|---|---|---|---|---|---|"]
+             f"(`python -m benchmarks.network_profile`; its docstring says how). ms per inference: the sum "
+             f"over layers of count x ms as the trials recorded it and as timed alone again; the whole "
+             f"network as one program.", "",
+             "| tuner | runs | recorded sum | alone sum | whole network | whole / recorded |", "|---|---|---|---|---|---|"]
+    for tuner in tuners:
+        runs = [layers for (t, _), layers in found.items() if t == tuner]
+        cells = [_mean_std([_total(x, "recorded_ms") for x in runs]), _mean_std([_total(x, "alone_ms") for x in runs]),
+                 _mean_std([x[WHOLE]["in_network_ms"] for x in runs]),
+                 _mean_std([x[WHOLE]["in_network_ms"] / _total(x, "recorded_ms") for x in runs])]
+        lines.append(f"| {tuner} | {len(runs)} | " + " | ".join(cells) + " |")
+    lines += ["", "Each run: the tunable layers' share of one inference timed call by call, the rest "
+              "(Relax's own operators, the VM), and the whole inference's range over rounds.", "",
+              "| tuner | seed | recorded sum | alone sum | layers in the network | (other) | whole network "
+              "| whole, lowest-highest round | whole / recorded |", "|---|---|---|---|---|---|---|---|---|"]
     for (tuner, seed), layers in sorted(found.items()):
         recorded = _total(layers, "recorded_ms")
         whole = layers[WHOLE]["in_network_ms"]
         lines.append(f"| {tuner} | {seed} | {recorded:.2f} | {_total(layers, 'alone_ms'):.2f} | "
                      f"{_total(layers, 'in_network_ms'):.2f} | {layers[OTHER]['in_network_ms']:.2f} | {whole:.2f} | "
-                     f"{whole / recorded:.2f} |")
-    tuners = sorted({t for t, _ in found})
+                     f"{min(wholes[(tuner, seed)]):.1f}-{max(wholes[(tuner, seed)]):.1f} | {whole / recorded:.2f} |")
     lines += ["", "Per layer, mean over seeds of count x ms: recorded / alone / in the network.", "",
               "| layer | count | " + " | ".join(tuners) + " |", "|---|---|" + "---|" * len(tuners)]
     names = [x.name for x in networks.lookup(network)]

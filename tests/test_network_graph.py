@@ -155,9 +155,10 @@ def test_the_benchmark_tunes_a_network_with_each_allocator_and_metaschedule_and_
 
 def test_the_profile_times_each_runs_kernels_alone_and_in_the_network_resuming_by_round(tiny, tmp_path):
     """``benchmarks.network_profile`` rebuilds each of our runs' best kernels from the CSV, times
-    them alone and call by call inside the built network, round after round, and a repeated
-    command adds only the missing rounds; MetaSchedule's run cannot be rebuilt and is named."""
-    from benchmarks import network_profile
+    them alone and call by call inside the built network, round after round, beside TVM's default
+    schedule as a control, and a repeated command adds only the missing rounds; MetaSchedule's
+    run cannot be rebuilt and is named."""
+    from benchmarks import network_profile, network_report
     from benchmarks.table import read_rows
 
     conv = {networks.KEY: {"_name": "conv", **tuned_params()["conv"]}}
@@ -168,10 +169,13 @@ def test_the_profile_times_each_runs_kernels_alone_and_in_the_network_resuming_b
         for tuner, tflops in (("opevo", "0.002"), ("opevo", "0.001"), ("metaschedule", "0.003")):
             writer.writerow({"objective": "network", "workload": tiny, "target": "llvm", "tuner": tuner, "seed": "0",
                              "tflops": tflops, "configuration": json.dumps(conv)})
+    network_report.record_defaults(tmp_path, tiny, "llvm", {"conv": 0.5, "fc": 0.25})
     network_profile.profile(tmp_path, tiny, CPU, 2, FAST)
     rows = read_rows(tmp_path / network_profile.FILE)
-    assert {(r["tuner"], r["round"]) for r in rows} == {("opevo", "0"), ("opevo", "1")}
-    first = [r for r in rows if r["round"] == "0"]
+    assert {(r["tuner"], r["round"]) for r in rows} == {(t, n) for t in ("opevo", "default") for n in "01"}
+    control = [r for r in rows if r["tuner"] == "default" and r["round"] == "0"]
+    assert [r["recorded_ms"] for r in control[:2]] == ["0.5", "0.25"], "the control: TVM's default schedule"
+    first = [r for r in rows if r["tuner"] == "opevo" and r["round"] == "0"]
     assert [r["layer"] for r in first] == ["conv", "fc", network_graph.OTHER, network_profile.WHOLE]
     conv_row, fc_row = first[0], first[1]
     flops = for_workload(LAYERS[0].workload).flops(LAYERS[0].workload)
@@ -181,7 +185,7 @@ def test_the_profile_times_each_runs_kernels_alone_and_in_the_network_resuming_b
     assert float(first[3]["in_network_ms"]) > 0
     network_profile.profile(tmp_path, tiny, CPU, 3, FAST)
     rounds = [r["round"] for r in read_rows(tmp_path / network_profile.FILE) if r["layer"] == network_profile.WHOLE]
-    assert rounds == ["0", "1", "2"], "only the missing round was timed"
+    assert sorted(rounds) == ["0", "0", "1", "1", "2", "2"], "only the missing round was timed"
     table = (tmp_path / network_profile.TABLE).read_text()
     assert "| opevo | 0 |" in table and "3 round(s)" in table
     assert "Not profiled: metaschedule" in table
