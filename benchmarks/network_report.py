@@ -129,7 +129,9 @@ def _whole_network(network: str, tuners: dict[str, dict[str, list[dict[str, str]
         ratio = cell([t / s for s, t in zip(sums, times)])
         failed = "; ".join(sorted(set(errors))) or "-"
         lines.append(f"| {name} | {len(times)} | {cell(sums)} | {cell(times)} | {ratio} | {failed} |")
-    return lines + [""]
+    return lines + ["", "Each whole-network time is one timing, taken when its run ended: on a machine whose speed "
+                    "drifts, compare tuners with `nni-opevo profile --out <this folder>`, which times every run's "
+                    "kernels again side by side.", ""]
 
 
 def plot(runs: dict[str, dict[str, dict[str, list[dict[str, str]]]]], defaults: dict[str, dict], out: Path

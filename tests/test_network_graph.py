@@ -147,6 +147,7 @@ def test_the_benchmark_tunes_a_network_with_each_allocator_and_metaschedule_and_
     table = (out / "networks.md").read_text()
     assert "sum of count x layer latency" in table and "opevo@round-robin" in table and "metaschedule" in table
     assert "the whole network built with the final kernels" in table and "TVM's default schedule (untuned)" in table
+    assert "nni-opevo profile" in table, "the report says how to compare whole-network times fairly"
     assert (out / "network_vs_trials.png").exists() and not (out / "summary.md").exists()
     main(command)
     with open(out / "end_to_end.csv", newline="") as handle:
