@@ -17,7 +17,10 @@ tells apart, layer by layer:
 
 TVM's default schedule in every layer is timed the same way where the benchmark recorded it
 (``defaults.json``): a control, since no search picked those kernels, whose recorded against
-alone shows how far the machine itself has drifted since the benchmark ran.
+alone shows how far the machine itself has drifted since the benchmark ran. A weak one on the
+CPU: its loop nests run on one thread, and a shared machine's drift can reach multi-threaded
+kernels alone (docs/results/network-resnet18-transfer found 1.03x for it, 1.2-1.35x for the
+tuned kernels, then an hour later 0.94x and 0.91-1.05x). Compare runs timed in one session.
 
 Every round's figures go to ``profile.csv`` as they are taken (a repeated command adds the
 rounds still missing; nothing is timed twice) and ``profile.md`` tabulates them. Our tuners' runs
@@ -152,7 +155,7 @@ def profile(out: Path, network: str, target: Target, rounds: int, limits: Limits
     if not runs:
         raise SystemExit(f"{out / 'trials.csv'} has no finished run of {network} on {target.kind} by our tuners")
     defaults = recorded_defaults(out, network, target.kind)
-    if defaults:  # the control: no search picked these kernels, so recorded against alone is the machine's drift
+    if defaults:  # the control: no search picked these kernels (see the module docstring)
         runs.append(Run(DEFAULT, "", {}, {name: ms for name, ms in defaults.items() if ms}))
     done = done_rounds(out)
     session = Session(network, target, limits)
