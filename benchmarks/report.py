@@ -116,6 +116,7 @@ def _band(ax, x: np.ndarray, curves: np.ndarray, label: str, tuners: list[str]) 
     bands fade, so that the means stay readable."""
     import matplotlib
 
+    curves = np.where(np.isfinite(curves).all(axis=0), curves, np.nan)  # a seed with nothing yet: no point there
     mean, std = curves.mean(axis=0), sample_std(curves, axis=0)
     ours = label == PRODUCT
     colour = "black" if ours else matplotlib.colormaps["tab20"](tuners.index(label) % 20)
