@@ -136,30 +136,26 @@ class NetworkTuner(Tuner):
                                         if self.args.constraint else {})
                 self.layers[name].journal = Journal(None)  # the network journals whole proposals (below)
             self.layers[name].update_search_space(space)
-        families = self._families()
         if self.args.transfer:
-            self._introduce_kin(families)
+            self._introduce_kin()
         if self.allocator is None:
             weights = {name: self.args.weights.get(name, 1.0) for name in options}
-            self.allocator = allocation.make(self.args.allocator, weights, np.random.default_rng(self.seed), families)
+            self.allocator = allocation.make(self.args.allocator, weights, np.random.default_rng(self.seed))
         if self._resumed:
             self._replay_journal()
 
-    def _families(self) -> list[list[str]]:
-        """The layers grouped by template: those whose spaces mean the same (``SearchSpace.meaning``)."""
-        families: dict[Any, list[str]] = {}
-        for name, tuner in self.layers.items():
-            families.setdefault(tuner.require_space()[0].meaning, []).append(name)
-        return list(families.values())
-
-    def _introduce_kin(self, families: list[list[str]]) -> None:
+    def _introduce_kin(self) -> None:
         """Tell each layer's tuner which other layers' spaces mean the same (``transfer``)."""
-        for family in families:
-            for name in family:
-                self.layers[name].learn_from([self.layers[k] for k in family if k != name])
-        if any(len(family) > 1 for family in families):
+        families: dict[Any, list[PopulationTuner]] = {}
+        for tuner in self.layers.values():
+            families.setdefault(tuner.require_space()[0].meaning, []).append(tuner)
+        for family in families.values():
+            for tuner in family:
+                tuner.learn_from([k for k in family if k is not tuner])
+        if any(len(family) > 1 for family in families.values()):
             _logger.info("network: layers learning from each other: %s",
-                         "; ".join(", ".join(family) for family in families if len(family) > 1))
+                         "; ".join(", ".join(n for n, t in self.layers.items() if t in family)
+                                   for family in families.values() if len(family) > 1))
 
     def load_checkpoint(self) -> None:
         self._resumed = self.journal.read()
@@ -209,7 +205,7 @@ class NetworkTuner(Tuner):
             return
         name, inner = split
         self.layers[name].receive_trial_result(parameter_id, inner, value, **kwargs)
-        self.allocator.observe(name, self._latency(value), self._rate(value))
+        self.allocator.observe(name, self._latency(value))
         self.reported.add(parameter_id)
 
     @fatal.guard
@@ -234,7 +230,7 @@ class NetworkTuner(Tuner):
             grouped.setdefault(split[0], []).append({**record, "parameter": split[1]})
             if self.allocator is not None:
                 self.allocator.proposed(split[0])
-                self.allocator.observe(split[0], self._latency(record.get("value")), self._rate(record.get("value")))
+                self.allocator.observe(split[0], self._latency(record.get("value")))
         for name, layer_records in grouped.items():
             self.layers[name].import_data(layer_records)
         if skipped:
@@ -257,12 +253,6 @@ class NetworkTuner(Tuner):
         if score is None or score <= 0:
             return None
         return score if self.args.optimize_mode == "minimize" else 1.0 / score
-
-    def _rate(self, value: Any) -> float | None:
-        """The result's throughput, for the allocator's comparison of a layer with its kin: the
-        score where it is maximized (TFLOPS), else None (a minimized score is a latency)."""
-        score = objective(value)
-        return score if self.args.optimize_mode == "maximize" and score is not None and score > 0 else None
 
 
 document(NetworkTuner, NetworkArgs)

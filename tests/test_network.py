@@ -71,7 +71,6 @@ def test_each_layer_has_its_own_tuner_and_no_trial_is_repeated():
         assert sorted(inner) == ["o", "t"] and inner["t"][0] * inner["t"][1] == LAYERS[name][0]
     assert {name: len(t.population) for name, t in tuner.layers.items()} == \
         {name: sum(n == name for n, _ in done) for name in LAYERS}
-    assert tuner.allocator.kin["flat"] == list(LAYERS) and set(tuner.allocator.rate) == set(LAYERS)  # one template
 
 
 def test_the_gradient_allocator_spends_where_the_network_gains_and_round_robin_evenly():
@@ -92,26 +91,6 @@ def test_a_layer_whose_kernels_all_fail_does_not_take_the_budget():
     """The warm-up gives it Gradient.WARMUP trials; after that only the random share (5 %)."""
     done = drive(NetworkTuner(seed=4), 80, measure=lambda name, p: None if name == "big" else latency(name, p))
     assert sum(name == "big" for name, _ in done) <= Gradient.WARMUP + 10  # 10: P(Binomial(75, 0.05 / 3) > 10) < 1e-7
-
-
-def test_the_gradient_allocator_gives_a_layer_trials_where_its_kin_run_its_template_faster():
-    """Ansor's similarity term: 'small' is 1/10 of the network's cost, so by its own latency it
-    waits for 'heavy' to have many trials; but 'heavy', one template with it, runs at ten times
-    its throughput, so 'small' can fall far and gets the next trial. Without kin, or where the
-    objective is no throughput (rates unknown), 'heavy' does."""
-    import numpy as np
-
-    def allocator(kin, rates=True):
-        gradient = Gradient({"heavy": 1.0, "small": 1.0}, np.random.default_rng(0), kin)  # first draw 0.64: no random pick
-        for name, trials, ms, rate in (("heavy", 20, 10.0, 1.0), ("small", 3, 1.0, 0.1)):
-            for _ in range(trials):
-                gradient.proposed(name)
-                gradient.observe(name, ms, rate if rates else None)
-        return gradient
-
-    assert allocator([["heavy", "small"]]).next() == "small"  # 0.8 * 1 * (1 - 2 * 0.1) = 0.64 > 0.8 * 10 / 20
-    assert allocator([["heavy"], ["small"]]).next() == "heavy"  # 0.8 * 1 / 3 < 0.4
-    assert allocator([["heavy", "small"]], rates=False).next() == "heavy"
 
 
 def test_allocators_weigh_layers_by_count():
