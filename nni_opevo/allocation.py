@@ -11,8 +11,12 @@ trial is expected to lower the network's cost most,
 a backward difference over the layer's last ``window`` trials (how fast it is improving) mixed
 with an optimistic forward guess (its latency could fall to zero in as many trials again), and
 with probability ``epsilon`` a random layer instead (Ansor's defaults: alpha 0.2, window 3,
-epsilon 0.05). The warm-up gives a layer up to ``WARMUP`` trials to find a working kernel; a
-layer that has none after them gets only the random share. Layers whose tuner has nothing left
+epsilon 0.05). Ansor's similarity term (a layer's latency could also fall to twice what it would
+be at the best throughput of the layers of its template) was tried and dropped on 2026-11-24:
+on ResNet-18 it hardly gave the small 1x1 layers more trials, moved about five a run from R2
+to R7 (a stride-2 convolution), and its networks were no faster
+(docs/results/network-resnet18-allocators). The warm-up gives a layer up to ``WARMUP`` trials
+to find a working kernel; a layer that has none after them gets only the random share. Layers whose tuner has nothing left
 to propose are skipped.
 """
 from __future__ import annotations
