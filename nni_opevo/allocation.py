@@ -16,8 +16,8 @@ be at the best throughput of the layers of its template) was tried and dropped o
 on ResNet-18 it hardly gave the small 1x1 layers more trials, moved about five a run to R7 (a
 stride-2 convolution), mostly from R2 and R6, and its networks were no faster
 (docs/results/network-resnet18-allocators). The warm-up gives a layer up to ``WARMUP`` trials
-to find a working kernel; a layer that has none after them gets only the random share. Layers whose tuner has nothing left
-to propose are skipped.
+to find a working kernel; a layer that has none after them gets only the random share. Layers
+whose tuner has nothing left to propose are skipped.
 """
 from __future__ import annotations
 

@@ -163,23 +163,19 @@ def test_live_objectives_give_every_tuner_the_trial_codes_static_check():
     assert check({"tile_n": [8, 4, 8], "tile_m": [4, 4, 16], "tile_k": [64, 4], "block_order": ["k", "n", "m"]})
 
 
-def test_a_band_leaves_out_the_trials_where_a_seed_has_nothing_yet():
+def test_a_band_leaves_out_the_trials_where_a_seed_has_nothing_yet(tmp_path):
     """A network's latency is infinite until every layer has a kernel: those points are not
     drawn, and numpy is not asked for inf - inf."""
     import warnings
 
-    import matplotlib
     import numpy as np
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from benchmarks.report import _band, _panels, _save
 
-    from benchmarks.report import _band
-
-    fig, ax = plt.subplots()
+    fig, (ax,) = _panels(1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _band(ax, np.arange(1, 4), np.array([[np.inf, 2.0, 1.0], [np.inf, np.inf, 1.5]]), "opevo", ["opevo"])
     line = ax.lines[0].get_ydata()
     assert np.isnan(line[:2]).all() and line[2] == 1.25
-    plt.close(fig)
+    _save(fig, tmp_path / "band.png")
