@@ -146,16 +146,15 @@ class NetworkTuner(Tuner):
 
     def _introduce_kin(self) -> None:
         """Tell each layer's tuner which other layers' spaces mean the same (``transfer``)."""
-        families: dict[Any, list[PopulationTuner]] = {}
-        for tuner in self.layers.values():
-            families.setdefault(tuner.require_space()[0].meaning, []).append(tuner)
+        families: dict[Any, list[str]] = {}
+        for name, tuner in self.layers.items():
+            families.setdefault(tuner.require_space()[0].meaning, []).append(name)
         for family in families.values():
-            for tuner in family:
-                tuner.learn_from([k for k in family if k is not tuner])
-        if any(len(family) > 1 for family in families.values()):
-            _logger.info("network: layers learning from each other: %s",
-                         "; ".join(", ".join(n for n, t in self.layers.items() if t in family)
-                                   for family in families.values() if len(family) > 1))
+            for name in family:
+                self.layers[name].learn_from([self.layers[k] for k in family if k != name])
+        shared = [family for family in families.values() if len(family) > 1]
+        if shared:
+            _logger.info("network: layers learning from each other: %s", "; ".join(", ".join(f) for f in shared))
 
     def load_checkpoint(self) -> None:
         self._resumed = self.journal.read()
