@@ -261,7 +261,7 @@ class OpEvoTuner(PopulationTuner):
         output row per step with a thin channel tile, were never measured in 4 of 6 seeds;
         docs/tuners.md)."""
         space, _ = self.require_space()
-        uniform = (self.n_proposed - self.epoch.opened_at) % 2 == 1
+        uniform = self._start_position() % 2 == 1
         if uniform or not any(len(k.measured) for k in self.kin):
             return space.sample(self.rng)
         draws = (space.sample(self.rng) for _ in range(SCREEN_ATTEMPTS * self.args.screen))
@@ -304,9 +304,13 @@ class OpEvoTuner(PopulationTuner):
         rows = [np.column_stack([atoms, np.full(len(atoms), float(code))]) for code, atoms, _ in parts]
         return np.concatenate(rows), np.concatenate([weights for _, _, weights in parts])
 
+    def _start_position(self) -> int:
+        """The next trial's place among the current epoch's trials (0 for its first)."""
+        return self.n_proposed - self.epoch.opened_at
+
     def in_random_start(self) -> bool:
         """Whether the next trial belongs to the current epoch's lambda random ones."""
-        return self.n_proposed - self.epoch.opened_at < self.args.parents_size
+        return self._start_position() < self.args.parents_size
 
     def _ring(self, best: Config) -> list[Config]:
         """The epoch's best configuration's neighbours (one scaled step in one parameter), all of
