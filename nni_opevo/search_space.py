@@ -22,6 +22,8 @@ MAX_DEPTH = 32
 """Deepest nesting of choices."""
 MAX_PARAMETERS = 10_000
 """Most parameters in a space, nested ones included."""
+PROJECTION_LIMIT = 4096
+"""Most values of one parameter compared when carrying a value over from another space (``project``)."""
 
 Key = tuple  # e.g. ("tile_x",) or ("model", 1, "depth"): name path with option indices, as NNI keys them
 Config = dict  # Key -> internal value, active parameters only
@@ -259,6 +261,30 @@ class SearchSpace:
                 raw = raw[name]
             config[slot.key] = slot.param.from_trial(raw)
         return config
+
+    def project(self, config: Config, source: SearchSpace) -> Config | None:
+        """``config``, a configuration of ``source`` (a space of equal ``meaning``: a network's
+        other layer of this template), carried into this space: each value kept where it is one
+        of this parameter's, else this parameter's value of the nearest atoms (a factor's tiles
+        as the same log-shares of this extent: a 27-wide row tile of a 27-wide loop becomes a
+        13-wide one of a 13-wide loop). None where a value would have to be found among more
+        than ``PROJECTION_LIMIT``."""
+        out: Config = {}
+        for slot in self.slots:
+            if not slot.active_in(out):
+                continue
+            theirs, value = source.by_key[slot.key].param, config[slot.key]
+            try:
+                out[slot.key] = slot.param.from_trial(theirs.to_trial(value))
+                continue
+            except ValueError:
+                pass
+            if not slot.param.size <= PROJECTION_LIMIT:
+                return None
+            target = np.asarray(theirs.atoms(value))
+            out[slot.key] = min(slot.param.enumerate(),
+                                key=lambda mine: float(np.sum((np.asarray(slot.param.atoms(mine)) - target) ** 2)))
+        return out
 
     def contains(self, config: Config) -> bool:
         """Whether ``config`` has exactly the active parameters, each with a valid value."""

@@ -148,6 +148,27 @@ def test_trial_values_round_trip():
         assert space.from_trial(space.to_trial(config)) == config
 
 
+def test_a_configuration_carries_over_to_another_extent_by_its_tiles_shares():
+    """``project``, how a network's layer tries its kin's kernels: a value this space has is
+    kept, a factor's tiles become the same log2-shares of this extent (nearest), and a
+    parameter with too many values to compare gives None."""
+    def layer(rows, channels, big=2):
+        return SearchSpace({"y": {"_type": "factor", "_value": [rows, 2]}, "f": {"_type": "factor", "_value": [channels, 3]},
+                            "o": {"_type": "perm", "_value": 3}, "u": {"_type": "choice", "_value": [0, 256]},
+                            "big": {"_type": "factor", "_value": [big, 4]}})
+    wide, narrow = layer(27, 384), layer(13, 256)
+    cases = [({"y": [27, 1], "f": [2, 3, 64]}, {"y": [13, 1], "f": [2, 2, 64]}),
+             ({"y": [3, 9], "f": [384, 1, 1]}, {"y": [1, 13], "f": [256, 1, 1]})]
+    for theirs, mine in cases:
+        rest = {"o": [2, 0, 1], "u": 256, "big": [1, 2, 1, 1]}
+        projected = narrow.project(wide.from_trial({**theirs, **rest}), wide)
+        assert narrow.to_trial(projected) == {**mine, **rest}
+    huge = layer(27, 384, 2**40)
+    config = huge.from_trial({"y": [27, 1], "f": [2, 3, 64], "o": [0, 1, 2], "u": 0, "big": [2**40, 1, 1, 1]})
+    assert huge.project(config, huge) == config  # every value kept: nothing to compare
+    assert layer(13, 256, 2**39).project(config, huge) is None  # 11,480 tilings of 2**39 to compare
+
+
 def test_space_size_counts_nested_options():
     space = SearchSpace({
         "a": {"_type": "factor", "_value": [8, 3]},
