@@ -36,9 +36,10 @@ ways, each measured in docs/tuners.md on brute-forced tuning spaces:
   the new epoch's measurements, while the surrogate keeps learning from all of them. An
   evolutionary search converges on one basin; a good kernel is often in another.
 * **Kin.** Inside a network (``NetworkTuner`` with ``transfer``), the surrogate also learns
-  from the other layers of the same template (``learn_from``) and screens half of the random
-  start with what they measured: a layer's ten or twenty trials need not start blind, and the
-  other half keeps the family exploring.
+  from the other layers of the same template (``learn_from``), screens half of the random
+  start with what they measured (a layer's ten or twenty trials need not start blind, and the
+  other half keeps the family exploring), and screens the kin's best kernels beside its own
+  children (``_migrants``), so what one layer found is tried on the others.
 
 In both variants no configuration is proposed twice (sec. 4.4): a child that is evaluated or
 in flight is mutated again, up to ``REMUTATIONS`` times, then ``base`` finds the nearest
@@ -96,6 +97,8 @@ class OpEvoArgs(SearchArgs):
                                     "(screened)")
     restart: int = arg(25, non_negative_int, "measurements without improving the current epoch's best before a "
                                              "restart (screened; 0: never)")
+    migrants: int = arg(2, non_negative_int, "inside a network with transfer: each kin layer's best kernels, carried "
+                                             "into this layer's space, screened beside its children (0: none)")
 
 
 class OpEvoClassArgsValidator(Validator):
@@ -163,12 +166,16 @@ class OpEvoTuner(PopulationTuner):
         self.surrogate: Surrogate | None = None
         self.measured = TrainingSet()
         self.kin: list[OpEvoTuner] = []
+        self.projected: dict[tuple[int, ConfigKey], Config | None] = {}
+        """Kin's kernels carried into this space (``_migrants``), by (kin's place in ``kin``, its key)."""
         self.step: Step = scaled_step if self.args.variant == "screened" else topology_step
 
     def learn_from(self, kin: list[PopulationTuner]) -> None:
         """The screened variant's surrogate also trains on ``kin``'s measurements (``_training``)
-        and with them screens half of the random start (``_start``)."""
+        and with them screens half of the random start (``_start``) and their best kernels
+        (``_migrants``)."""
         self.kin = [k for k in kin if isinstance(k, OpEvoTuner) and k is not self]
+        self.projected = {}
         if self.space is not None:
             self.surrogate = Surrogate(SURROGATE_CAPACITY, self._ordinal())
 
@@ -189,7 +196,7 @@ class OpEvoTuner(PopulationTuner):
     def _rebuild(self) -> None:
         space, population = self.require_space()
         self.generation, self.epoch, self.epochs = None, Epoch(start=0), 1
-        self.measured = TrainingSet()
+        self.measured, self.projected = TrainingSet(), {}
         self.surrogate = Surrogate(SURROGATE_CAPACITY, self._ordinal())
         for key, record in population.records.items():
             if record.evaluated and not record.rejected:
@@ -246,7 +253,8 @@ class OpEvoTuner(PopulationTuner):
             return space.sample(self.rng)
         prepared = Parents(space, parents)
         bred = self.fresh(self._candidates(prepared), self.args.screen, learn=False)
-        candidates = bred + self.fresh(self._ring(parents[0][0]), learn=False, besides=bred)
+        others = [*self._ring(parents[0][0]), *self._migrants()]
+        candidates = bred + self.fresh(others, learn=False, besides=bred)
         if not candidates:
             return breed(space, prepared, self.args.mutate_rate, self.rng, self.step)
         return self._most_promising(candidates)
@@ -322,6 +330,28 @@ class OpEvoTuner(PopulationTuner):
         if len(ring) <= limit:
             return ring
         return [nudge(space, best, self.rng, self.step) for _ in range(self.args.screen)]
+
+    def _migrants(self) -> list[Config]:
+        """The ``migrants`` best measured kernels of each kin, carried into this space
+        (``SearchSpace.project``). A layer past its random start breeds near its own parents, so
+        a kernel that one layer of a template found would reach the others only by chance;
+        screened beside their children, it is tried where the surrogate, which has learned from
+        both layers, expects it to pay (the island model's migration; docs/tuners.md has the
+        evidence)."""
+        space, _ = self.require_space()
+        out = []
+        for place, kin in enumerate(self.kin):
+            if kin.space is None or kin.population is None:
+                continue
+            for key in itertools.islice(kin.population.evaluated(), self.args.migrants):
+                if kin.population.weight(key) <= 0:
+                    break
+                if (place, key) not in self.projected:
+                    self.projected[place, key] = space.project(kin.population.records[key].config, kin.space)
+                migrant = self.projected[place, key]
+                if migrant is not None:
+                    out.append(migrant)
+        return out
 
     def _epoch_parents(self) -> list[tuple[Config, float]]:
         """The top-lambda measurements of the current epoch with their eq. 2 weights."""
