@@ -13,7 +13,10 @@ tells apart, layer by layer:
 * **the rest**: the operators no template covers (bias, ReLU, pooling, residual additions) and
   the VM's own work, ``(other)``;
 * **when**: on a shared machine, runs timed hours apart are not comparable; here every run is
-  timed in every round, in a rotated order, and the tables give the median over rounds.
+  timed in every round, in a rotated order, and the tables give the median over rounds. Within
+  a round the tuners alternate (seed by seed), so a slow spell of a few minutes falls on every
+  tuner's runs alike: with each tuner's runs in one block, such spells moved all six seeds of
+  one tuner together (docs/results/network-kin-kernels, ``profile-blocks.csv``).
 
 TVM's default schedule in every layer is timed the same way where the benchmark recorded it
 (``defaults.json``): a control, since no search picked those kernels, whose recorded against
@@ -75,7 +78,7 @@ def finished_runs(rows: list[dict[str, str]], network: str, target: str) -> tupl
         if row["objective"] == "network" and row["workload"] == network and row["target"] == target:
             grouped[(row["tuner"], row["seed"])].append(row)
     runs, skipped = [], set()
-    for (tuner, seed), members in sorted(grouped.items()):
+    for (tuner, seed), members in sorted(grouped.items(), key=_interleaved):
         if metaschedule.is_peer(tuner):
             skipped.add(tuner)
             continue
@@ -88,6 +91,12 @@ def finished_runs(rows: list[dict[str, str]], network: str, target: str) -> tupl
                 recorded[name] = min(recorded.get(name, ms), ms)
         runs.append(Run(tuner, seed, best_params(members), recorded))
     return runs, sorted(skipped)
+
+
+def _interleaved(item: tuple[tuple[str, str], Any]) -> tuple[int, str, str]:
+    """Seed before tuner (numeric seeds in number order), so the tuners alternate in a round."""
+    (tuner, seed), _ = item
+    return (int(seed) if seed.isdigit() else -1, seed, tuner)
 
 
 def done_rounds(out: Path) -> set[tuple[str, str, str, str, int]]:

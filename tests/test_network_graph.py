@@ -154,6 +154,21 @@ def test_the_benchmark_tunes_a_network_with_each_allocator_and_metaschedule_and_
         assert len(list(csv.DictReader(handle))) == len(built)
 
 
+def test_the_profile_alternates_tuners_within_a_round(tiny):
+    """Runs come seed by seed, each seed's tuners side by side (seed 10 after 9), so a slow spell
+    of a shared machine falls on every tuner alike; MetaSchedule's runs are named, not timed."""
+    from benchmarks import network_profile
+
+    conv = json.dumps({networks.KEY: {"_name": "conv", **tuned_params()["conv"]}})
+    rows = [{"objective": "network", "workload": tiny, "target": "llvm", "tuner": tuner, "seed": seed,
+             "tflops": "0.001", "configuration": conv}
+            for tuner in ("opevo@round-robin", "opevo", "metaschedule", "autotvm") for seed in ("10", "9", "0")]
+    runs, skipped = network_profile.finished_runs(rows, tiny, "llvm")
+    assert [(r.seed, r.tuner) for r in runs] == [(seed, tuner) for seed in ("0", "9", "10")
+                                                 for tuner in ("autotvm", "opevo", "opevo@round-robin")]
+    assert skipped == ["metaschedule"]
+
+
 def test_the_profile_times_each_runs_kernels_alone_and_in_the_network_resuming_by_round(tiny, tmp_path):
     """``benchmarks.network_profile`` rebuilds each of our runs' best kernels from the CSV, times
     them alone and call by call inside the built network, round after round, beside TVM's default
