@@ -33,15 +33,19 @@ def empirical(param, start, q, seed):
     return counts / DRAWS
 
 
+LONG_WALKS = pytest.mark.slow(seconds=8)
+"""q = 0.9 walks ten steps on average, 200k times: 4-9 s each, too long for the edit-test loop."""
+
+
 @pytest.mark.parametrize(
     "param,start,q",
     [
         (FactorParameter("f", [8, 3]), (8, 1, 1), 0.5),
-        (FactorParameter("f", [8, 3]), (8, 1, 1), 0.9),
+        pytest.param(FactorParameter("f", [8, 3]), (8, 1, 1), 0.9, marks=LONG_WALKS),
         (PermParameter("p", 4), (0, 1, 2, 3), 0.5),
-        (PermParameter("p", 4), (0, 1, 2, 3), 0.9),
+        pytest.param(PermParameter("p", 4), (0, 1, 2, 3), 0.9, marks=LONG_WALKS),
         (DiscreteParameter("d", list(range(10))), 3, 0.5),
-        (DiscreteParameter("d", list(range(10))), 3, 0.9),
+        pytest.param(DiscreteParameter("d", list(range(10))), 3, 0.9, marks=LONG_WALKS),
     ],
     ids=["factor-q0.5", "factor-q0.9", "perm4-q0.5", "perm4-q0.9", "discrete10-q0.5", "discrete10-q0.9"],
 )
@@ -52,7 +56,7 @@ def test_walk_matches_appendix_a(param, start, q):
     assert tv < 0.01
 
 
-@pytest.mark.parametrize("q", [0.5, 0.9])
+@pytest.mark.parametrize("q", [0.5, pytest.param(0.9, marks=LONG_WALKS)])
 def test_figure_2_higher_degree_is_likelier(q):
     """Figure 2's observations, read off the walk the tuner runs (200k draws each; every
     difference asserted is over six standard errors of a difference of two frequencies)."""
