@@ -279,7 +279,7 @@ class SearchSpace:
                 continue
             except ValueError:
                 pass
-            if not slot.param.size <= PROJECTION_LIMIT:
+            if slot.param.size > PROJECTION_LIMIT:
                 return None
             target = np.asarray(theirs.atoms(value))
             out[slot.key] = min(slot.param.enumerate(),
