@@ -35,6 +35,12 @@ ways, each measured in docs/tuners.md on brute-forced tuning spaces:
   ``Epoch``, a new epoch starts: lambda new random configurations and parents drawn only from
   the new epoch's measurements, while the surrogate keeps learning from all of them. An
   evolutionary search converges on one basin; a good kernel is often in another.
+* **Local steps.** A share ``local`` of the proposals (every other one at 0.5) is the unmeasured
+  neighbour of the epoch's best that the surrogate is least sure of (``_local_step``), whatever
+  it expects of it. A surrogate fitted on a few dozen kernels learns main effects ("shared
+  memory off is slow", "a 3-wide tile is awful, so 4 is too"), while kernels interact: the
+  best kernel of a space is often one such step from a plateau the surrogate keeps refining,
+  and expected improvement then never proposes that step.
 * **Kin.** Inside a network (``NetworkTuner`` with ``transfer``), the surrogate also learns
   from the other layers of the same template (``learn_from``), screens half of the random
   start with what they measured (a layer's ten or twenty trials need not start blind, and the
@@ -97,6 +103,9 @@ class OpEvoArgs(SearchArgs):
                                     "(screened)")
     restart: int = arg(25, non_negative_int, "measurements without improving the current epoch's best before a "
                                              "restart (screened; 0: never)")
+    local: float = arg(0.5, unit, "share of the proposals (screened, past each random start) that measure an "
+                                  "unmeasured neighbour of the epoch's best, the one the surrogate is least sure "
+                                  "of, instead of its expected improvement's pick (0: none)")
     migrants: int = arg(2, non_negative_int, "inside a network with transfer: each kin layer's best kernels, carried "
                                              "into this layer's space, screened beside its children (0: none)")
 
@@ -251,6 +260,10 @@ class OpEvoTuner(PopulationTuner):
         parents = self._epoch_parents()
         if not any(w > 0 for _, w in parents):
             return space.sample(self.rng)
+        if self._local_turn():
+            step = self._local_step(parents[0][0])
+            if step is not None:
+                return step
         prepared = Parents(space, parents)
         bred = self.fresh(self._candidates(prepared), self.args.screen, learn=False)
         others = [*self._ring(parents[0][0]), *self._migrants()]
@@ -330,6 +343,29 @@ class OpEvoTuner(PopulationTuner):
         if len(ring) <= limit:
             return ring
         return [nudge(space, best, self.rng, self.step) for _ in range(self.args.screen)]
+
+    def _local_turn(self) -> bool:
+        """Whether the next proposal is a local step: paced evenly, ``local`` of every proposal
+        (at 0.5 the odd-numbered ones)."""
+        share, n = self.args.local, self.n_proposed
+        return int((n + 1) * share) > int(n * share)
+
+    def _local_step(self, best: Config) -> Config | None:
+        """The unmeasured, feasible neighbour of the epoch's best (``_ring``) of the largest
+        posterior standard deviation; None when every one is measured or in flight. Not the
+        expected improvement, whose ranking is what leaves such steps unmeasured: the step the
+        surrogate knows least about is the one that teaches it most (and when a knob it has
+        found relevant flips, the one farthest from what it has seen). A step drawn uniformly
+        instead did better on one brute-forced space and worse on two (docs/tuners.md)."""
+        ring = self.fresh(self._ring(best), learn=False)
+        if len(ring) < 2:
+            return ring[0] if ring else None
+        assert self.surrogate is not None
+        self.surrogate.fit(*self._training())
+        if not self.surrogate.ready:
+            return ring[0]
+        _, sd = self.surrogate.predict(np.stack([self._atoms(c) for c in ring]))
+        return ring[int(np.argmax(sd))]
 
     def _migrants(self) -> list[Config]:
         """The ``migrants`` best measured kernels of each kin, carried into this space

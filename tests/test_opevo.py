@@ -348,6 +348,8 @@ def test_search_space_update_keeps_the_fitting_history():
         ({"mutate_rate": "0.5"}, "mutate_rate"),
         ({"seed": -1}, "seed"),
         ({"seed": "x"}, "seed"),
+        ({"local": 1.5}, "local"),
+        ({"local": -0.1}, "local"),
     ],
 )
 def test_bad_class_args_name_the_argument(kwargs, name):
@@ -474,6 +476,41 @@ def test_the_best_configurations_whole_neighbourhood_is_screened_and_bounded():
     wide = OpEvoTuner(seed=0, screen=8)
     wide.update_search_space({"kernel": {"_type": "choice", "_value": list(range(1000))}})
     assert len(wide._ring({("kernel",): 0})) == 8
+
+
+def test_local_steps_measure_every_neighbour_of_a_best_that_stays():
+    """A trap for a surrogate: the planted best has shared memory off, and every other kernel
+    with it off is a hundred times slower than with it on, so expected improvement ranks the
+    best's neighbours (all but one with it off) last. With ``local`` 0.5, every other proposal
+    past the random start is one of them (the one the surrogate is least sure of), so all are
+    measured within twice their number; with 0 the surrogate's ranking leaves most unmeasured
+    (8 of 11 with seed 0)."""
+    space = {"block": {"_type": "discrete", "_value": [16, 32, 48, 64, 96, 128]},
+             "tile": {"_type": "discrete", "_value": [1, 2, 3, 4]},
+             "unroll": {"_type": "choice", "_value": [1, 2, 4, 8]},
+             "shmem": {"_type": "choice", "_value": [0, 1]}}
+    best = {"block": 64, "tile": 2, "unroll": 4, "shmem": 0}
+
+    def speed(p):
+        if p == best:
+            return 1000.0
+        return (100.0 if p["shmem"] else 1.0) * (1 + p["block"] / 128 + p["tile"] / 4 + p["unroll"] / 8)
+
+    def neighbours_measured(local):
+        tuner = OpEvoTuner(seed=0, restart=0, local=local)
+        tuner.update_search_space(space)
+        tuner.import_data([{"parameter": best, "value": speed(best)}])
+        ring = {tuner.space.identity(c) for c in tuner.space.neighbours(tuner.space.from_trial(best), scaled=True)}
+        measured = set()
+        for pid in range(tuner.args.parents_size + 2 * len(ring)):
+            params = tuner.generate_parameters(pid)
+            tuner.receive_trial_result(pid, params, speed(params))
+            measured.add(tuner.space.identity(tuner.space.from_trial(params)))
+        return len(ring & measured), len(ring)
+
+    found, ring = neighbours_measured(0.5)
+    assert found == ring == 11  # 32, 48, 96, 128; 1, 3, 4; three unrolls; shared memory on
+    assert neighbours_measured(0.0)[0] < ring, neighbours_measured(0.0)
 
 
 def test_screened_beats_random_search_early():
