@@ -103,7 +103,9 @@ class ChoiceViewTuner(Tuner):
         self._issued: set[int] = set()  # NNI ids whose trial the built-in proposed (results go back to it)
         self._drawn: set[int] = set()  # NNI ids of the view's own random draws (the built-in never hears of them)
         self._inner_id: dict[int, int] = {}  # NNI id -> the id the built-in proposed it under
-        self._ended: set[int] = set()
+        self._ended: set[int] = set()  # NNI ids whose trial_end the built-in has been told
+        self._reported: set[int] = set()  # NNI ids whose result the built-in has been told
+        self._held: set[int] = set()  # NNI ids whose successful end came before their result (held back)
         self._refused: set[str] = set()  # configurations the constraint refused (as JSON)
         self._private_ids = itertools.count(-1, -1)  # the built-in's ids for candidates that never became trials
         self._rng = np.random.default_rng(class_args.get("tuner_args", {}).get("seed"))
@@ -236,14 +238,33 @@ class ChoiceViewTuner(Tuner):
         if parameter_id not in self._issued:
             _logger.warning("result for parameter id %s that %s never proposed: ignored", parameter_id, self.name)
             return
+        if parameter_id in self._reported or parameter_id in self._ended:
+            # NNI 3.0 mixes up ids (microsoft/nni#5726): a second result, or one after the trial's
+            # end was passed on, reaches a built-in that has forgotten the id (TPE raises KeyError).
+            _logger.warning("result for parameter id %s after its result or its end: not passed to %s",
+                            parameter_id, self.name)
+            return
+        self._reported.add(parameter_id)
         inner_id = self._inner_id.get(parameter_id, parameter_id)
         self.inner.receive_trial_result(inner_id, self._to_inner(parameters), value, **kwargs)
+        if parameter_id in self._held:
+            self._end(parameter_id, True)
 
     @fatal.guard
     def trial_end(self, parameter_id: int, success: bool, **kwargs: Any) -> None:
+        """Passed on, except a successful end before the trial's result: held back until the
+        result comes (NNI 3.0's ends may carry another trial's id, microsoft/nni#5726, and a
+        built-in told of an end forgets the trial, so its result would then crash it)."""
         if parameter_id not in self._issued or parameter_id in self._ended:
             _logger.debug("trial_end for parameter id %s not in flight: ignored", parameter_id)
             return
+        if success and parameter_id not in self._reported:
+            self._held.add(parameter_id)
+            return
+        self._end(parameter_id, success, **kwargs)
+
+    def _end(self, parameter_id: int, success: bool, **kwargs: Any) -> None:
+        self._held.discard(parameter_id)
         self._ended.add(parameter_id)
         self.inner.trial_end(self._inner_id.get(parameter_id, parameter_id), success, **kwargs)
 

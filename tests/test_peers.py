@@ -382,6 +382,27 @@ def test_choice_view_import_data_speaks_the_builtins_labels():
     assert SearchSpace(MIXED).contains(SearchSpace(MIXED).from_trial(params))
 
 
+def test_choice_view_survives_nni_mixing_up_ends_and_results():
+    """NNI 3.0 may deliver a successful trial's end before its result, or a result twice
+    (microsoft/nni#5726). NNI's TPE forgets a trial at its end and raises KeyError on a result
+    it no longer knows, which stopped a real experiment: the view holds a successful end back
+    until the result, and passes each trial's result on once."""
+    tuner = ChoiceViewTuner(tuner="TPE", tuner_args={"optimize_mode": "maximize", "seed": 0})
+    tuner.update_search_space(MIXED)
+    params = [tuner.generate_parameters(i) for i in range(4)]
+    tuner.trial_end(1, True)  # the end first: held back
+    tuner.receive_trial_result(1, params[1], 2.0)
+    tuner.receive_trial_result(1, params[1], 2.0)  # twice
+    tuner.trial_end(2, False)
+    tuner.receive_trial_result(2, params[2], 1.0)  # after a failed end
+    tuner.receive_trial_result(3, params[3], 3.0)
+    tuner.trial_end(3, True)
+    tuner.receive_trial_result(3, params[3], 3.0)
+    assert max(len(records) for records in tuner.inner._history.values()) == 2  # trials 1 and 3, once each
+    assert not tuner.inner._running_params.keys() - {0}
+    assert SearchSpace(MIXED).contains(SearchSpace(MIXED).from_trial(tuner.generate_parameters(4)))
+
+
 # ------------------------------------------------------------------ classArgs
 
 
