@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -289,18 +289,18 @@ class OpEvoTuner(PopulationTuner):
         candidates = self.fresh(draws, self.args.screen, learn=False)
         return self._most_promising(candidates) if candidates else space.sample(self.rng)
 
-    def _most_promising(self, candidates: list[Config]) -> Config:
-        """The candidate of the highest expected improvement under the surrogate refitted now
-        (the first one while it cannot be fitted)."""
-        space, _ = self.require_space()
+    def _most_promising(self, candidates: list[Config],
+                        by: Callable[[Surrogate, np.ndarray], np.ndarray] = Surrogate.expected_improvement) -> Config:
+        """The candidate of the highest score ``by`` (expected improvement) under the surrogate
+        refitted now (the first one while it cannot be fitted)."""
         if len(candidates) < 2:
             return candidates[0]
         assert self.surrogate is not None
         self.surrogate.fit(*self._training())
         if not self.surrogate.ready:
             return candidates[0]
-        gains = self.surrogate.expected_improvement(np.stack([self._atoms(c) for c in candidates]))
-        return candidates[int(np.argmax(gains))]
+        scores = by(self.surrogate, np.stack([self._atoms(c) for c in candidates]))
+        return candidates[int(np.argmax(scores))]
 
     def _training(self) -> tuple[np.ndarray, np.ndarray]:
         """(atoms, eq. 2 weights) the surrogate fits. Alone: this tuner's measurements. With kin:
@@ -358,14 +358,7 @@ class OpEvoTuner(PopulationTuner):
         found relevant flips, the one farthest from what it has seen). A step drawn uniformly
         instead did better on one brute-forced space and worse on two (docs/tuners.md)."""
         ring = self.fresh(self._ring(best), learn=False)
-        if len(ring) < 2:
-            return ring[0] if ring else None
-        assert self.surrogate is not None
-        self.surrogate.fit(*self._training())
-        if not self.surrogate.ready:
-            return ring[0]
-        _, sd = self.surrogate.predict(np.stack([self._atoms(c) for c in ring]))
-        return ring[int(np.argmax(sd))]
+        return self._most_promising(ring, by=lambda model, atoms: model.predict(atoms)[1]) if ring else None
 
     def _migrants(self) -> list[Config]:
         """The ``migrants`` best measured kernels of each kin, carried into this space
