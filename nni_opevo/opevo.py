@@ -17,8 +17,8 @@ Optimization", AAAI 2021) as a steady-state NNI 3.0 tuner, in two variants.
 * Line 6 / fitness: see ``fitness`` for how reported values, failures and minimize mode map
   to weights.
 
-``variant: screened`` (the default) keeps the paper's operators and departs from it in three
-ways, each measured in docs/tuners.md on brute-forced tuning spaces:
+``variant: screened`` (the default) keeps the paper's operators and departs from it in the
+ways below, each measured in docs/tuners.md on brute-forced tuning spaces:
 
 * **Screening by expected improvement.** For every proposal it breeds ``screen`` children of the
   current parents (eq. 2 and the q-random walk; a share ``explore`` of them uniform random

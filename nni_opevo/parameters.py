@@ -612,16 +612,36 @@ class DiscreteParameter(GridParameter):
         return int(rng.integers(len(self.values)))
 
     def atoms(self, value: int) -> tuple[float, ...]:
-        """Two atoms: the value's index, compared by equality, and its position in the set
-        (``positions``), compared by distance. The numbers of a tuning knob may perform smoothly
-        in their order (a larger tile, a larger block) or not at all (a 48-wide block between
-        two good powers of two can be ten times slower); the surrogate weighs each atom by how
-        well it explains the measurements, so it learns which holds for this knob."""
-        return (float(value), self.positions[value])
+        """The value's index, compared by equality, and its position in the set (``positions``),
+        compared by distance; where the set mixes powers of two with other sizes, a third:
+        whether the value is a power of two (``powers_of_two``), compared by equality. The
+        numbers of a tuning knob may perform smoothly in their order (a larger tile, a larger
+        block) or not at all (a 48-wide block between two good powers of two can be ten times
+        slower); the surrogate weighs each atom by how well it explains the measurements, so it
+        learns which holds for this knob."""
+        position = (float(value), self.positions[value])
+        flags = self.powers_of_two
+        return position if flags is None else (*position, float(flags[value]))
 
     @property
     def ordinal(self) -> tuple[bool, ...]:
-        return (False, True)
+        return (False, True) if self.powers_of_two is None else (False, True, False)
+
+    @functools.cached_property
+    def powers_of_two(self) -> tuple[bool, ...] | None:
+        """Whether each value is a power of two, for a set of whole numbers >= 1 that holds
+        both kinds (block sizes 16, 32, 48, ..., 256; tiles 1-4); None otherwise. Hardware works
+        in powers of two (warps and wavefronts of 32 or 64 lanes, vector widths, memory banks,
+        cache lines), so a size that is not one often leaves lanes idle or misaligns memory, and
+        every such size is slow alike. Neither other atom can carry that from one size to the
+        next: the index makes each size its own category (an 80-wide block learns nothing from a
+        48-wide one), and the position puts 80 next to the good 64. On the MI250X
+        convolution no block width outside 16, 32, 64, 128 and 256 reaches 0.1 of the optimum.
+        Where sizes are not like that, the fitted relevance of this atom says so."""
+        if not all(float(v).is_integer() and v >= 1 for v in self.values):
+            return None
+        flags = tuple(int(v) & (int(v) - 1) == 0 for v in self.values)
+        return flags if any(flags) and not all(flags) else None
 
     @functools.cached_property
     def positions(self) -> tuple[float, ...]:

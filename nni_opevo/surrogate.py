@@ -6,10 +6,12 @@ so far is worth measuring first. A Gaussian process learns that from every measu
 
 * **Encoding**: a configuration becomes a row of *atoms* (``SearchSpace.atoms``): a factor's
   entries as log2 shares of C (ordinal: tile sizes act in ratios), a perm's item at each
-  position, a choice's value (categorical), a discrete set's value twice, as a category and as
-  its log-scaled position (a knob's values may perform smoothly in their order or not at all:
-  a 48-wide block between two good powers of two can be ten times slower), a grid's or a
-  continuous parameter's position in its range (ordinal).
+  position, a choice's value (categorical), a discrete set's value as a category and as its
+  log-scaled position (a knob's values may perform smoothly in their order or not at all: a
+  48-wide block between two good powers of two can be ten times slower) and, where the set
+  mixes powers of two with other sizes, whether the value is one (categorical: the sizes that
+  are not powers of two are often all slow), a grid's or a continuous parameter's position in
+  its range (ordinal).
 * **Kernel**: ``k(x, x') = exp(-sum_j w_j d_j(x, x'))`` with ``d_j`` the distance in atom j
   (``per_atom``: |x - y| for ordinal atoms, x != y for categorical ones). One relevance ``w_j``
   per atom (automatic relevance determination): which knobs matter differs from kernel to
