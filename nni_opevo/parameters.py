@@ -633,7 +633,7 @@ class DiscreteParameter(GridParameter):
         both kinds (block sizes 16, 32, 48, ..., 256; tiles 1-4); None otherwise. Hardware works
         in powers of two (warps and wavefronts of 32 or 64 lanes, vector widths, memory banks,
         cache lines), so a size that is not one often leaves lanes idle or misaligns memory, and
-        every such size is slow alike. Neither other atom can carry that from one size to the
+        such sizes are then all slow. Neither other atom can carry that from one size to the
         next: the index makes each size its own category (an 80-wide block learns nothing from a
         48-wide one), and the position puts 80 next to the good 64. On the MI250X
         convolution no block width outside 16, 32, 64, 128 and 256 reaches 0.1 of the optimum.
