@@ -40,7 +40,10 @@ ways below, each measured in docs/tuners.md on brute-forced tuning spaces:
   it expects of it. A surrogate fitted on a few dozen kernels learns main effects ("shared
   memory off is slow", "a 3-wide tile is awful, so 4 is too"), while kernels interact: the
   best kernel of a space is often one such step from a plateau the surrogate keeps refining,
-  and expected improvement then never proposes that step.
+  and expected improvement then never proposes that step. The steps include diagonal ones,
+  one size doubled and another halved (``SearchSpace.diagonal_neighbours``): the hardware's
+  limits bind on products of sizes (threads per block, a tile's area), so fast kernels lie
+  along ridges that no step in one size can follow.
 * **Kin.** Inside a network (``NetworkTuner`` with ``transfer``), the surrogate also learns
   from the other layers of the same template (``learn_from``), screens half of the random
   start with what they measured (a layer's ten or twenty trials need not start blind, and the
@@ -351,13 +354,16 @@ class OpEvoTuner(PopulationTuner):
         return int((n + 1) * share) > int(n * share)
 
     def _local_step(self, best: Config) -> Config | None:
-        """The unmeasured, feasible neighbour of the epoch's best (``_ring``) of the largest
-        posterior standard deviation; None when every one is measured or in flight. Not the
+        """The unmeasured, feasible neighbour of the epoch's best (``_ring``, and its diagonal
+        neighbours: ``SearchSpace.diagonal_neighbours``) of the largest posterior standard
+        deviation; None when every one is measured or in flight. Not the
         expected improvement, whose ranking is what leaves such steps unmeasured: the step the
         surrogate knows least about is the one that teaches it most (and when a knob it has
         found relevant flips, the one farthest from what it has seen). A step drawn uniformly
         instead did better on one brute-forced space and worse on two (docs/tuners.md)."""
-        ring = self.fresh(self._ring(best), learn=False)
+        space, _ = self.require_space()
+        diagonals = space.diagonal_neighbours(best, self.rng, RING_FACTOR * self.args.screen)
+        ring = self.fresh([*self._ring(best), *diagonals], learn=False)
         return self._most_promising(ring, by=lambda model, atoms: model.predict(atoms)[1]) if ring else None
 
     def _migrants(self) -> list[Config]:

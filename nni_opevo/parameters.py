@@ -661,6 +661,12 @@ class DiscreteParameter(GridParameter):
         found = (self._index.get(v * 2), self._index.get(v / 2)) if v != 0 else (None, None)
         return [k for k in found if k is not None and abs(k - value) > 1]
 
+    def times(self, value: int, factor: float) -> int | None:
+        """Index of the value times ``factor`` when the value is positive and the set holds the
+        product exactly (a size doubled or halved: ``SearchSpace.diagonal_neighbours``)."""
+        v = float(self.values[value])
+        return self._index.get(v * factor) if v > 0 else None
+
     def scaled_neighbours(self, value: int) -> tuple[int, ...]:
         """``neighbours`` and ``scaled`` together, listed once per value."""
         table = self.__dict__.setdefault("_scaled_table", {})

@@ -168,6 +168,40 @@ class SearchSpace:
             for value in values:
                 yield {**config, slot.key: value}
 
+    def diagonal_neighbours(self, config: Config, rng: np.random.Generator, limit: int) -> list[Config]:
+        """Configurations one diagonal step away: one positive ``discrete`` size doubled and
+        another halved, where both sets hold the new values; every one up to ``limit``, else
+        ``limit`` drawn at random. Such a step keeps the two sizes' product (threads per block,
+        a tile's area, a thread's work), and the hardware's limits bind on products (registers,
+        threads, shared memory): fast kernels lie along a ridge of the product, and a step in
+        one size falls off it (on the MI250X convolution a 4 x 2 tile runs at 0.67 of the
+        optimum, 4 x 4 at 0.07, and the optimum is 2 x 4)."""
+        ups: list[tuple[Key, int]] = []
+        downs: list[tuple[Key, int]] = []
+        for slot in self.active_slots(config):
+            if isinstance(slot.param, DiscreteParameter):
+                up, down = slot.param.times(config[slot.key], 2), slot.param.times(config[slot.key], 0.5)
+                if up is not None:
+                    ups.append((slot.key, up))
+                if down is not None:
+                    downs.append((slot.key, down))
+        pairs = [(u, d) for u in ups for d in downs if u[0] != d[0]] if len(ups) * len(downs) <= 2 * limit \
+            else self._draw_pairs(ups, downs, rng, limit)
+        if len(pairs) > limit:
+            pairs = [pairs[i] for i in sorted(rng.choice(len(pairs), limit, replace=False).tolist())]
+        return [{**config, up[0]: up[1], down[0]: down[1]} for up, down in pairs]
+
+    @staticmethod
+    def _draw_pairs(ups: list, downs: list, rng: np.random.Generator, limit: int) -> list:
+        """``limit`` distinct (up, down) pairs of two different parameters, drawn uniformly
+        without listing them all (a space of a thousand sizes has a million)."""
+        picked: set[int] = set()
+        while len(picked) < limit:
+            u, d = divmod(int(rng.integers(len(ups) * len(downs))), len(downs))
+            if ups[u][0] != downs[d][0]:
+                picked.add(u * len(downs) + d)
+        return [(ups[u], downs[d]) for u, d in (divmod(i, len(downs)) for i in sorted(picked))]
+
     @cached_property
     def moves(self) -> list[tuple[Key, Hashable]]:
         """Every (parameter key, move) pair: a fixed action set over all configurations."""
