@@ -662,10 +662,14 @@ class DiscreteParameter(GridParameter):
         return [k for k in found if k is not None and abs(k - value) > 1]
 
     def times(self, value: int, factor: float) -> int | None:
-        """Index of the value times ``factor`` when the value is positive and the set holds the
-        product exactly (a size doubled or halved: ``SearchSpace.diagonal_neighbours``)."""
+        """Index of the value times ``factor`` when both are whole numbers >= 1 and the set holds
+        the product (a size doubled or halved: ``SearchSpace.diagonal_neighbours``). Sizes
+        only: a set of fractions (a learning rate's 0.25, 0.5, 1) is no tile or block."""
         v = float(self.values[value])
-        return self._index.get(v * factor) if v > 0 else None
+        product = v * factor
+        if v < 1 or product < 1 or not (v.is_integer() and product.is_integer()):
+            return None
+        return self._index.get(product)
 
     def scaled_neighbours(self, value: int) -> tuple[int, ...]:
         """``neighbours`` and ``scaled`` together, listed once per value."""

@@ -169,8 +169,8 @@ class SearchSpace:
                 yield {**config, slot.key: value}
 
     def diagonal_neighbours(self, config: Config, rng: np.random.Generator, limit: int) -> list[Config]:
-        """Configurations one diagonal step away: one positive ``discrete`` size doubled and
-        another halved, where both sets hold the new values; every one up to ``limit``, else
+        """Configurations one diagonal step away: one ``discrete`` size (a whole number) doubled
+        and another halved, where both sets hold the new values; every one up to ``limit``, else
         ``limit`` drawn at random. Such a step keeps the two sizes' product (threads per block,
         a tile's area, a thread's work), and the hardware's limits bind on products (registers,
         threads, shared memory): fast kernels lie along a ridge of the product, and a step in

@@ -171,20 +171,21 @@ def test_search_space_moves_handle_nested_choices_and_continuous_steps():
 
 def test_diagonal_neighbours_double_one_size_and_halve_another():
     """One positive ``discrete`` size doubled and another halved, where both sets hold the new
-    values: the product of the two stays (a 4 x 2 tile steps to 2 x 4 and 8 x 1). Zero, a
-    missing double or half, and other parameter types take no part; past ``limit`` the steps
-    are drawn at random, distinct."""
+    values: the product of the two stays (a 4 x 2 tile steps to 2 x 4 and 8 x 1). Zero,
+    fractions, a missing double or half, and other parameter types take no part; past
+    ``limit`` the steps are drawn at random, distinct."""
     from nni_opevo.search_space import SearchSpace
 
     space = SearchSpace({"tx": {"_type": "discrete", "_value": [1, 2, 3, 4, 8]},
                          "ty": {"_type": "discrete", "_value": [1, 2, 3, 4]},
                          "unroll": {"_type": "discrete", "_value": [0, 125, 256]},
                          "block": {"_type": "discrete", "_value": [48, 64, 80]},
+                         "rate": {"_type": "discrete", "_value": [0.25, 0.5, 1.0]},
                          "vec": {"_type": "choice", "_value": [1, 2, 4]}})
-    config = space.from_trial({"tx": 4, "ty": 2, "unroll": 0, "block": 64, "vec": 2})
+    config = space.from_trial({"tx": 4, "ty": 2, "unroll": 0, "block": 64, "rate": 1.0, "vec": 2})
     steps = [space.to_trial(c) for c in space.diagonal_neighbours(config, np.random.default_rng(0), 100)]
     assert sorted((s["tx"], s["ty"]) for s in steps) == [(2, 4), (8, 1)]
-    assert all((s["unroll"], s["block"], s["vec"]) == (0, 64, 2) for s in steps)
+    assert all((s["unroll"], s["block"], s["rate"], s["vec"]) == (0, 64, 1.0, 2) for s in steps)
     grid = SearchSpace({f"s{i}": {"_type": "discrete", "_value": [1, 2, 4]} for i in range(10)})
     middle = grid.from_trial({f"s{i}": 2 for i in range(10)})
     assert len(grid.diagonal_neighbours(middle, np.random.default_rng(0), 1000)) == 90
