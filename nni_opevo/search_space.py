@@ -192,7 +192,8 @@ class SearchSpace:
         return [{**config, up[0]: up[1], down[0]: down[1]} for up, down in pairs]
 
     @staticmethod
-    def _draw_pairs(ups: list, downs: list, rng: np.random.Generator, limit: int) -> list:
+    def _draw_pairs(ups: list[tuple[Key, int]], downs: list[tuple[Key, int]], rng: np.random.Generator,
+                    limit: int) -> list[tuple[tuple[Key, int], tuple[Key, int]]]:
         """``limit`` distinct (up, down) pairs of two different parameters, drawn uniformly
         without listing them all (a space of a thousand sizes has a million)."""
         picked: set[int] = set()
