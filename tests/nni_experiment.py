@@ -16,6 +16,9 @@ import yaml
 
 from trial_code.experiment_client import NNICTL, ExperimentClient, created_id
 
+LOG_WAIT_S = 10.0
+"""How long a log may take to show a line: a user looks for an error within seconds."""
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -101,12 +104,24 @@ class Experiment:
     def results(self) -> dict[int, Any]:
         return self.client.results()
 
-    def dispatcher_log(self) -> str:
-        path = self.workdir / "nni" / str(self.id) / "log" / "dispatcher.log"
-        return path.read_text() if path.exists() else ""
+    def dispatcher_log(self, containing: str | None = None) -> str:
+        """The tuner's log (``_log``: ``containing``)."""
+        return self._log("dispatcher.log", containing)
 
-    def manager_log(self) -> str:
+    def manager_log(self, containing: str | None = None) -> str:
         """NNI manager's log: where NNI 3.0 writes an error a tuner reports (its check-status,
-        shown by nnictl and the web UI, says only 'Dispatcher stream error')."""
-        path = self.workdir / "nni" / str(self.id) / "log" / "nnimanager.log"
-        return path.read_text() if path.exists() else ""
+        shown by nnictl and the web UI, says only 'Dispatcher stream error'); ``_log``:
+        ``containing``."""
+        return self._log("nnimanager.log", containing)
+
+    def _log(self, name: str, containing: str | None, timeout: float = LOG_WAIT_S) -> str:
+        """The experiment's log ``name``; with ``containing``, read again until it holds that
+        text or ``timeout`` seconds pass. NNI's manager buffers its log: the experiment's status
+        can read ERROR a moment before the line saying why reaches the file."""
+        path = self.workdir / "nni" / str(self.id) / "log" / name
+        deadline = time.time() + timeout
+        while True:
+            text = path.read_text() if path.exists() else ""
+            if containing is None or containing in text or time.time() > deadline:
+                return text
+            time.sleep(0.2)
