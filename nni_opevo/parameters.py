@@ -667,7 +667,7 @@ class DiscreteParameter(GridParameter):
         only: a set of fractions (a learning rate's 0.25, 0.5, 1) is no tile or block."""
         v = float(self.values[value])
         product = v * factor
-        if v < 1 or product < 1 or not (v.is_integer() and product.is_integer()):
+        if v < 1 or not (v.is_integer() and product.is_integer()):
             return None
         return self._index.get(product)
 

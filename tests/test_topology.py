@@ -170,7 +170,7 @@ def test_search_space_moves_handle_nested_choices_and_continuous_steps():
 
 
 def test_diagonal_neighbours_double_one_size_and_halve_another():
-    """One positive ``discrete`` size doubled and another halved, where both sets hold the new
+    """One whole-number ``discrete`` size doubled and another halved, where both sets hold the new
     values: the product of the two stays (a 4 x 2 tile steps to 2 x 4 and 8 x 1). Zero,
     fractions, a missing double or half, and other parameter types take no part; past
     ``limit`` the steps are drawn at random, distinct."""
