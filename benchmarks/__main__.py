@@ -31,10 +31,11 @@ import sys
 import time
 from pathlib import Path
 
+from nni_opevo import catalog
 from trial_code import targets
 from trial_code.evaluate import Limits
 
-from . import catalog, kernel_tuner_strategies, metaschedule, network_end_to_end, network_report, report
+from . import kernel_tuner_strategies, metaschedule, network_end_to_end, network_report, report
 from .objectives import SYNTHETIC, Cache, Live, Network, Objective, Recorded, Synthetic
 from .runner import Plan, run
 
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workloads", nargs="+", default=["SYN1"],
                         help=f"named workloads (live/recorded), {', '.join(SYNTHETIC)} (synthetic), or networks "
                              "(network: alexnet, resnet18, or a JSON file of layers)")
-    parser.add_argument("--tuners", nargs="+", default=["opevo", "gbfs", "na2c", "autotvm", "nose", "tpe"],
+    parser.add_argument("--tuners", nargs="+", default=catalog.COMPARED,
                         help=f"catalog names, optionally with overrides (name:key=value,...): {', '.join(catalog.CATALOG)}; "
                              f"with --objective cache also Kernel Tuner's strategies as kt:NAME "
                              f"({', '.join(kernel_tuner_strategies.STRATEGIES)}; pip install '.[kerneltuner]'); "

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import catalog
-from .dispatch import drive
+from nni_opevo import catalog
+from nni_opevo.testing import drive
+
 from .objectives import SYNTHETIC, Cache, Objective, Synthetic
 
 RECORD = Path(__file__).with_name("fingerprint.json")
@@ -59,7 +60,7 @@ class Job:
 
 
 def _synthetic_network() -> tuple[dict[str, Any], Callable[[dict[str, Any]], Any]]:
-    """A NetworkTuner's space whose layers are the synthetic landscapes, and its objective."""
+    """The network tuner's space whose layers are the synthetic landscapes, and its objective."""
     layers = {name: Synthetic(name) for name in SYNTHETIC}
     space = {"layer": {"_type": "choice", "_value": [{"_name": name, **o.space} for name, o in layers.items()]}}
 

@@ -39,7 +39,7 @@ class Objective(ABC):
     constraint: dict[str, Any] = {}
     """classArgs (``constraint``, ``constraint_args``) that tell a tuner which configurations may be measured."""
     layers: list[networks.Layer] = []
-    """A network's layers (``Network``): its tuners are ``NetworkTuner``s over them."""
+    """A network's layers (``Network``): its tuner is the network tuner over them."""
     optimum: float | None = None
     """The best score there is, where it is known (a brute-forced cache)."""
 
@@ -89,7 +89,7 @@ class Live(Objective):
 
 class Network(Objective):
     """Every layer of a network (``trial_code.networks``) as one live objective: a trial's
-    parameters name the layer (``{"layer": {"_name": ..., ...}}``, NetworkTuner's space) and it
+    parameters name the layer (``{"layer": {"_name": ..., ...}}``, the network tuner's space) and it
     is measured as that layer's workload. ``defaults()`` measures each layer at TVM's default
     schedule once, what the network's latency counts for a layer no trial has tuned yet."""
 

@@ -33,12 +33,11 @@ from typing import Any
 import numpy as np
 from nni.tuner import Tuner
 
-from nni_opevo import SearchSpace
+from nni_opevo import SearchSpace, catalog
 
-from . import catalog
 from .synthetic import tiled_matmul
 
-TUNERS = ["opevo", "opevo-paper", "gbfs", "na2c", "autotvm", "nose", "tpe"]
+TUNERS = list(catalog.CATALOG)
 
 
 def _one_trial(tuner: Tuner, parameter_id: int, objective: Callable[[dict[str, Any]], float]) -> tuple[float, float]:
@@ -102,7 +101,7 @@ def measure(name: str, checkpoints: list[int], window: int, seed: int, space_nam
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tuner", nargs="+", default=TUNERS, help="catalog names (benchmarks.catalog)")
+    parser.add_argument("--tuner", nargs="+", default=TUNERS, help="catalog names (nni_opevo.catalog)")
     parser.add_argument("--checkpoints", type=int, nargs="+", default=[1000, 10000],
                         help="history sizes (results received) at which to measure")
     parser.add_argument("--window", type=int, default=500, help="calls timed at each checkpoint")

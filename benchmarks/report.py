@@ -30,7 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import catalog, kernel_tuner_strategies, metaschedule, network_report
+from nni_opevo import catalog
+
+from . import kernel_tuner_strategies, metaschedule, network_report
 from .objectives import UNRECORDED
 from .table import read_rows
 

@@ -4,7 +4,7 @@ A run (objective, tuner, seed) with rows already in the CSV is not redone: a com
 skipped, and an interrupted one is resumed, its tuner rebuilt from those rows through
 ``import_data`` (as ``nnictl resume`` would) and driven for the rest of the budget.
 
-NNI tuners (catalog names) are driven through NNI's calls (``dispatch``) and get the
+NNI tuners (catalog names) are driven through NNI's calls (``nni_opevo.testing``) and get the
 objective's constraint as classArgs. Kernel Tuner's strategies (``kt:<name>``, on a cache
 objective) run in Kernel Tuner itself (``kernel_tuner_strategies``), one evaluation at a time
 on the simulated clock; an interrupted one is run again with its seed (Kernel Tuner cannot be
@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from nni_opevo import catalog
+from nni_opevo.testing import Trial, drive
 from trial_code import networks
 
-from . import catalog, kernel_tuner_strategies, metaschedule, network_end_to_end
-from .dispatch import Trial, drive
+from . import kernel_tuner_strategies, metaschedule, network_end_to_end
 from .objectives import Cache, Live, Network, Objective, config_key
 from .table import read_rows
 
@@ -124,7 +125,7 @@ def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: lis
     if metaschedule.is_peer(tuner_spec):
         _one_metaschedule(plan, objective, tuner_spec, seed, writer, handle, bar, label, out)
         return
-    if objective.layers:  # a network: one tuner per layer behind a NetworkTuner, weighted by the layers' counts
+    if objective.layers:  # a network: one tuner per layer behind the network tuner, weighted by the layers' counts
         weights = {layer.name: layer.count for layer in objective.layers}
         tuner = catalog.build_network(tuner_spec, weights, seed, extra=objective.constraint)
     else:

@@ -1,4 +1,4 @@
-"""Which layer of a network gets the next trial: the allocators of ``NetworkTuner``.
+"""Which layer of a network gets the next trial: the allocators of the network tuner.
 
 A network's cost is sum_i w_i * g_i, with w_i how often layer i runs and g_i the latency of its
 best kernel so far. ``RoundRobin`` gives every layer the same share. ``Gradient`` is Ansor's

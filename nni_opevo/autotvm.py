@@ -26,7 +26,7 @@ import numpy as np
 
 from .annealing import Annealer
 from .base import PopulationTuner
-from .class_args import SearchArgs, Validator, arg, at_least, one_of, positive_int, unit
+from .class_args import SearchArgs, arg, at_least, one_of, positive_int, unit
 from .cost_model import OBJECTIVES, XGBoostCostModel, import_xgboost
 from .diversity import diverse_batch
 from .search_space import Config, ConfigKey
@@ -51,9 +51,6 @@ class AutoTVMArgs(SearchArgs):
     def check(self) -> None:
         import_xgboost()
 
-
-class AutoTVMClassArgsValidator(Validator):
-    args = AutoTVMArgs
 
 
 class AutoTVMTuner(PopulationTuner):

@@ -28,16 +28,11 @@ from nni.tools.package_utils import tuner_factory
 from nni.tuner import Tuner
 
 from . import fatal
-from .base import parse_records
-from .class_args import ConstraintArgs, Validator, arg, document, fail, mapping, positive_int
+from .base import PROPOSALS_PER_TRIAL, RANDOM_DRAWS, REPORT_EVERY, parse_records
+from .class_args import ConstraintArgs, arg, document, fail, mapping, positive_int
 from .constraint import load
 from .parameters import ChoiceParameter, DiscreteParameter, FactorParameter, Parameter, PermParameter, SpaceError
 from .search_space import SearchSpace
-
-PROPOSALS_PER_TRIAL = 100
-"""Proposals of the built-in the constraint may refuse for one trial before a random feasible draw."""
-RANDOM_DRAWS = 256
-REPORT_EVERY = 64
 
 _logger = logging.getLogger(__name__)
 
@@ -77,9 +72,6 @@ def _builtin(args: ChoiceViewArgs) -> Tuner:
     except Exception as e:
         raise ValueError(f"classArg 'tuner_args' is not valid for {args.tuner}: {type(e).__name__}: {e}") from e
 
-
-class ChoiceViewClassArgsValidator(Validator):
-    args = ChoiceViewArgs
 
 
 class ChoiceViewTuner(Tuner):

@@ -6,20 +6,20 @@ from that one declaration, so a default or a rule cannot drift apart between cop
 
 * the tuner's constructor: ``Tuner(**class_args)`` parses them with ``ClassArgs.parse``, and
   its signature and the "Parameters" section of its docstring are generated (``document``);
-* its NNI ``ClassArgsValidator`` (``Validator`` subclass naming the dataclass). NNI 3.0's
+* its NNI ``ClassArgsValidator`` (``validator_for``; the registry exports it). NNI 3.0's
   ``nnictl create`` does not call a registered validator, so constructors run the same parse:
   a bad classArg fails the experiment at once with a message that names it, instead of
   surfacing as an odd error deep in the search;
 * the benchmark catalog's full classArgs for the experiments it writes (``ClassArgs.values``);
-* the classArgs tables of ``docs/tuners.md`` (``markdown``; ``nni-opevo docs`` rewrites them
-  and a test keeps them current).
+* the classArgs tables of ``docs/tuners.md`` (``markdown``; ``tables`` rewrites them with
+  ``nni-opevo docs``, and a test keeps them current).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -183,12 +183,18 @@ class SearchArgs(ConstraintArgs):
 
 
 class Validator(ClassArgsValidator):
-    """NNI's classArgs validator of one tuner: the parse of its declaration. A subclass names it."""
+    """NNI's classArgs validator of one tuner: the parse of its declaration (``validator_for``)."""
 
     args: ClassVar[type[ClassArgs]]
 
     def validate_class_args(self, **kwargs: Any) -> None:
         self.args.parse(kwargs)
+
+
+@functools.cache
+def validator_for(args: type[ClassArgs], name: str) -> type[Validator]:
+    """The ``Validator`` of a declaration, as the class ``nni_opevo.<name>`` that NNI loads."""
+    return type(name, (Validator,), {"args": args, "__module__": "nni_opevo", "__qualname__": name})
 
 
 # --------------------------------------------------------------------------- derived text
@@ -221,24 +227,3 @@ def markdown(args: type[ClassArgs]) -> str:
     rows = ["| classArg | default | meaning |", "|---|---|---|"]
     rows += [f"| `{f.name}` | `{_shown(_default(f))}` | {f.metadata['doc']} |" for f in _ordered(args)]
     return "\n".join(rows) + "\n"
-
-
-TABLE = re.compile(r"(<!-- classArgs of (\w+) -->\n)(.*?)(<!-- end of classArgs -->)", re.S)
-
-
-def rewrite_tables(doc: str) -> str:
-    """``doc`` with every ``<!-- classArgs of <Tuner> -->`` block regenerated from the tuner's declaration."""
-    import nni_opevo
-
-    return TABLE.sub(lambda m: m.group(1) + markdown(getattr(nni_opevo, m.group(2)).Args) + m.group(4), doc)
-
-
-def rewrite_file(path: str) -> bool:
-    """Regenerate the classArgs tables of a Markdown file in place; whether it changed."""
-    with open(path, encoding="utf-8") as handle:
-        old = handle.read()
-    new = rewrite_tables(old)
-    if new != old:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(new)
-    return new != old

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import PopulationTuner
-from .class_args import SearchArgs, Validator, arg, positive_int
+from .class_args import SearchArgs, arg, positive_int
 from .search_space import Config, ConfigKey
 
 
@@ -32,9 +32,6 @@ from .search_space import Config, ConfigKey
 class GBFSArgs(SearchArgs):
     num_samples: int = arg(5, positive_int, "rho, the random neighbours measured per expanded configuration (paper: 5)")
 
-
-class GBFSClassArgsValidator(Validator):
-    args = GBFSArgs
 
 
 class GBFSTuner(PopulationTuner):

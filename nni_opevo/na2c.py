@@ -27,7 +27,7 @@ import numpy as np
 
 from .actor_critic import ActorCritic
 from .base import PopulationTuner
-from .class_args import SearchArgs, Validator, arg, open_unit, positive_int, unit
+from .class_args import SearchArgs, arg, open_unit, positive_int, unit
 from .parameters import SpaceError
 from .search_space import Config, ConfigKey, SearchSpace
 
@@ -44,9 +44,6 @@ class NA2CArgs(SearchArgs):
     hidden_size: int = arg(128, positive_int, "hidden units of the actor-critic network")
     learning_rate: float = arg(1e-3, open_unit, "Adam step size")
 
-
-class NA2CClassArgsValidator(Validator):
-    args = NA2CArgs
 
 
 @dataclass

@@ -36,19 +36,22 @@ import numpy as np
 from nni import NoMoreTrialError
 from nni.tuner import Tuner
 
-from . import allocation, fatal
+from . import allocation, fatal, registry
 from .base import PopulationTuner, parse_records
-from .class_args import SearchArgs, Validator, arg, document, fail, flag, mapping, one_of
+from .class_args import SearchArgs, arg, document, fail, flag, mapping, one_of
 from .fitness import objective
 from .journal import Journal
 from .parameters import SpaceError
 
 _logger = logging.getLogger(__name__)
 
+LAYER_TUNER = "OpEvo"
+"""The registry's tuner of every layer unless the ``tuner`` classArg names another."""
+
 
 def inner_tuner(name: str, value: Any) -> str:
-    if value not in _tuners():
-        raise fail(name, f"must name a tuner of this package ({', '.join(sorted(_tuners()))})", value)
+    if value not in registry.layer_tuners():
+        raise fail(name, f"must name a tuner of this package ({', '.join(sorted(registry.layer_tuners()))})", value)
     return str(value)
 
 
@@ -60,20 +63,14 @@ def positive_weights(name: str, value: Any) -> dict[str, float]:
     return {layer: float(weight) for layer, weight in weights.items()}
 
 
-def _tuners() -> dict[str, type[PopulationTuner]]:
-    """The package's population tuners by class name (imported here: they import this module's base)."""
-    from .autotvm import AutoTVMTuner
-    from .gbfs import GBFSTuner
-    from .na2c import NA2CTuner
-    from .nose import NoSETuner
-    from .opevo import OpEvoTuner
-
-    return {cls.__name__: cls for cls in (OpEvoTuner, GBFSTuner, NA2CTuner, AutoTVMTuner, NoSETuner)}
+def _tuner_class(name: str) -> type[PopulationTuner]:
+    """The layers' tuner class, by the class name the ``tuner`` classArg gives."""
+    return registry.layer_tuners()[name].load()
 
 
 @dataclass(frozen=True)
 class NetworkArgs(SearchArgs):
-    tuner: str = arg("OpEvoTuner", inner_tuner, "the tuner of every layer, by class name")
+    tuner: str = arg(registry.get(LAYER_TUNER).class_name, inner_tuner, "the tuner of every layer, by class name")
     tuner_args: dict = arg({}, mapping, "its classArgs (every layer's tuner gets the same; seeds differ by layer)")
     allocator: str = arg("gradient", one_of(*allocation.ALLOCATORS),
                          "'gradient' (Ansor's task scheduler) or 'round-robin': which layer gets the next trial")
@@ -86,11 +83,8 @@ class NetworkArgs(SearchArgs):
         if own:
             raise fail("tuner_args", f"must not set {sorted(own)[0]!r}: the network's own classArg is passed on",
                        self.tuner_args)
-        _tuners()[self.tuner].Args.parse(self.tuner_args)
+        _tuner_class(self.tuner).Args.parse(self.tuner_args)
 
-
-class NetworkClassArgsValidator(Validator):
-    args = NetworkArgs
 
 
 class NetworkTuner(Tuner):
@@ -127,7 +121,7 @@ class NetworkTuner(Tuner):
         if self.key is not None and (key, list(options)) != (self.key, list(self.layers)):
             raise ValueError("a network's search space cannot change its layers while it runs")
         self.key = key
-        cls = _tuners()[self.args.tuner]
+        cls = _tuner_class(self.args.tuner)
         for index, (name, space) in enumerate(options.items()):
             if name not in self.layers:
                 self.layers[name] = cls(**self.args.tuner_args, optimize_mode=self.args.optimize_mode,

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .base import PopulationTuner
-from .class_args import SearchArgs, Validator, arg, positive_int, positive_real, unit
+from .class_args import SearchArgs, arg, positive_int, positive_real, unit
 from .knn import KnnSurrogate
 from .operators import redraw
 from .search_space import Config, ConfigKey
@@ -46,9 +46,6 @@ class NoSEArgs(SearchArgs):
             raise ValueError(f"classArg 'elite_ratio' must be below offspring_ratio ({self.offspring_ratio}): "
                              f"the elite E is chosen among the M offspring, got {self.elite_ratio}")
 
-
-class NoSEClassArgsValidator(Validator):
-    args = NoSEArgs
 
 
 @dataclass

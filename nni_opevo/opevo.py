@@ -44,7 +44,7 @@ ways below, each measured in docs/tuners.md on brute-forced tuning spaces:
   one size doubled and another halved (``SearchSpace.diagonal_neighbours``): the hardware's
   limits bind on products of sizes (threads per block, a tile's area), so fast kernels lie
   along ridges that no step in one size can follow.
-* **Kin.** Inside a network (``NetworkTuner`` with ``transfer``), the surrogate also learns
+* **Kin.** Inside a network (the network tuner with ``transfer``), the surrogate also learns
   from the other layers of the same template (``learn_from``), screens half of the random
   start with what they measured (a layer's ten or twenty trials need not start blind, and the
   other half keeps the family exploring), and screens the kin's best kernels beside its own
@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 
 from .base import PopulationTuner
-from .class_args import SearchArgs, Validator, arg, one_of, open_unit, positive_int, unit
+from .class_args import SearchArgs, arg, one_of, open_unit, positive_int, unit
 from .fitness import Fitness
 from .operators import Parents, Step, breed, nudge, scaled_step, topology_step
 from .population import Population
@@ -112,9 +112,6 @@ class OpEvoArgs(SearchArgs):
     migrants: int = arg(2, non_negative_int, "inside a network with transfer: each kin layer's best kernels, carried "
                                              "into this layer's space, screened beside its children (0: none)")
 
-
-class OpEvoClassArgsValidator(Validator):
-    args = OpEvoArgs
 
 
 @dataclass

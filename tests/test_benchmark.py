@@ -57,7 +57,7 @@ def test_tiny_synthetic_benchmark_writes_csv_plots_table_and_resumes(tmp_path):
 
 def test_replay_gives_recorded_values_and_marks_the_unrecorded(tmp_path):
     """One trial at a time: with more, the simulated clock is charged the tuner's real time, and a
-    loaded machine can change which trial finishes first (benchmarks.dispatch), so the replayed
+    loaded machine can change which trial finishes first (nni_opevo.testing), so the replayed
     OpEvo would propose another sequence than the recorded one."""
     live = tmp_path / "recorded"
     main(["--objective", "synthetic", "--workloads", "SYN1", "--tuners", "opevo", "--seeds", "1", "--budget", "40",

@@ -9,8 +9,7 @@ import pytest
 import yaml
 
 import nni_opevo
-from benchmarks import catalog
-from nni_opevo import class_args
+from nni_opevo import catalog, class_args, registry, tables
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRATION = yaml.safe_load((ROOT / "nni_opevo" / "registration.yml").read_text())["algorithms"]
@@ -23,6 +22,23 @@ def test_registration_names_each_tuner_with_the_validator_of_its_declaration():
         validator = getattr(nni_opevo, entry["classArgsValidator"].rsplit(".", 1)[1])
         assert validator.args is tuner.Args, entry
         assert entry["builtinName"] + "Tuner" == tuner.__name__
+
+
+def test_registration_yml_is_generated_from_the_registry():
+    assert (ROOT / "nni_opevo" / "registration.yml").read_text() == registry.registration_yaml(), \
+        "stale: regenerate with registry.registration_yaml()"
+    assert [entry["builtinName"] for entry in REGISTRATION] == [t.name for t in registry.TUNERS]
+
+
+def test_each_tuner_class_is_named_in_its_module_and_the_registry_only():
+    """The list of tuners lives in the registry: no other product module names a tuner class."""
+    product = [p for folder in ("nni_opevo", "trial_code", "benchmarks") for p in (ROOT / folder).rglob("*.py")]
+    for tuner in registry.TUNERS:
+        module = ROOT / (tuner.target.partition(":")[0].replace(".", "/") + ".py")
+        if not module.exists():
+            module = module.with_suffix("") / "__init__.py"
+        naming = {p for p in product if tuner.class_name in p.read_text()}
+        assert naming <= {module, ROOT / "nni_opevo" / "registry.py"}, (tuner.class_name, sorted(map(str, naming)))
 
 
 @pytest.mark.parametrize("tuner", TUNERS, ids=lambda t: t.__name__)
@@ -53,7 +69,7 @@ def test_a_rule_is_the_same_for_the_validator_and_the_constructor():
 
 def test_docs_tables_are_generated_from_the_declarations():
     doc = (ROOT / "docs" / "tuners.md").read_text()
-    assert class_args.rewrite_tables(doc) == doc, "stale: run nni-opevo docs"
+    assert tables.rewrite_tables(doc) == doc, "stale: run nni-opevo docs"
     for tuner in TUNERS:
         assert f"<!-- classArgs of {tuner.__name__} -->" in doc
 

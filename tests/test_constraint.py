@@ -11,9 +11,8 @@ import constraints
 import pytest
 from nni import NoMoreTrialError
 
-from benchmarks import dispatch
 from benchmarks.synthetic import tiled_matmul
-from nni_opevo import AutoTVMTuner, ChoiceViewTuner, GBFSTuner, NA2CTuner, NoSETuner, OpEvoTuner, SearchSpace
+from nni_opevo import AutoTVMTuner, ChoiceViewTuner, GBFSTuner, NA2CTuner, NoSETuner, OpEvoTuner, SearchSpace, testing
 from nni_opevo.constraint import ConstraintError
 from trial_code import constraint as trial_constraint
 from trial_code import targets, workloads
@@ -21,7 +20,7 @@ from trial_code.templates import Infeasible, for_workload
 
 # Deterministic runs: the simulated clock ignores the tuners' real time, which varies with
 # the machine's load and would reorder which trial finishes first.
-drive = functools.partial(dispatch.drive, charge_tuner_time=False)
+drive = functools.partial(testing.drive, charge_tuner_time=False)
 
 LIMITS = {"constraint": "constraints:tiled_limits"}
 TUNERS = {

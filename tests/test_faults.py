@@ -169,8 +169,7 @@ def test_an_exception_inside_a_tuner_is_reported_to_nni_and_ends_the_dispatcher(
     """Inside NNI's dispatcher a tuner's exception goes to the NNI manager as an error report
     (which ends the experiment in ERROR) and ends the process, instead of leaving the
     experiment RUNNING forever; in-process it is simply raised."""
-    from benchmarks import catalog
-    from nni_opevo import fatal
+    from nni_opevo import catalog, fatal
 
     reports, exits = [], []
 
@@ -197,7 +196,7 @@ def test_an_exception_inside_a_tuner_is_reported_to_nni_and_ends_the_dispatcher(
 
 @pytest.mark.parametrize("name", TUNER_NAMES)
 def test_import_skips_malformed_and_off_space_records(name):
-    from benchmarks import catalog
+    from nni_opevo import catalog
 
     tuner = catalog.build(name, seed=0)
     tuner.update_search_space({"x": {"_type": "randint", "_value": [0, 10]}, "c": {"_type": "choice", "_value": ["a", "b"]}})
@@ -285,9 +284,9 @@ def test_a_full_disk_stops_a_benchmark_with_the_file_named_and_resume_repeats_no
 def test_extreme_results_never_poison_a_tuner():
     import itertools
 
-    from benchmarks import catalog
-    from benchmarks.dispatch import drive
     from benchmarks.synthetic import tiled_matmul
+    from nni_opevo import catalog
+    from nni_opevo.testing import drive
 
     space, _ = tiled_matmul(256, 256, 256, seed=1)
     for mode in ("maximize", "minimize"):

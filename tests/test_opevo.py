@@ -9,9 +9,8 @@ from nni import NoMoreTrialError
 from nni.algorithms.hpo.random_tuner import RandomTuner
 from stats import ALPHA, binomial_tail, sign_test
 
-from benchmarks import dispatch
 from benchmarks.synthetic import tiled_matmul
-from nni_opevo import OpEvoClassArgsValidator, OpEvoTuner
+from nni_opevo import OpEvoClassArgsValidator, OpEvoTuner, testing
 from nni_opevo.fitness import Fitness, objective
 from nni_opevo.operators import Parents, breed
 from nni_opevo.parameters import FactorParameter
@@ -19,7 +18,7 @@ from nni_opevo.search_space import SearchSpace
 
 # Deterministic runs: the simulated clock ignores the tuners' real time, which varies with
 # the machine's load and would reorder which trial finishes first.
-drive = functools.partial(dispatch.drive, charge_tuner_time=False)
+drive = functools.partial(testing.drive, charge_tuner_time=False)
 
 SMALL = {
     "f": {"_type": "factor", "_value": [64, 3]},

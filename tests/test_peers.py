@@ -9,7 +9,6 @@ import pytest
 from nni import NoMoreTrialError
 from stats import ALPHA, hypergeometric_tail
 
-from benchmarks import catalog, dispatch
 from benchmarks.synthetic import tiled_matmul
 from nni_opevo import (
     AutoTVMClassArgsValidator,
@@ -23,6 +22,8 @@ from nni_opevo import (
     NoSEClassArgsValidator,
     NoSETuner,
     OpEvoTuner,
+    catalog,
+    testing,
 )
 from nni_opevo.actor_critic import ActorCritic
 from nni_opevo.cost_model import XGBoostCostModel, average_recall
@@ -34,7 +35,7 @@ from nni_opevo.search_space import SearchSpace
 
 # Deterministic runs: the simulated clock ignores the tuners' real time, which varies with
 # the machine's load and would reorder which trial finishes first.
-drive = functools.partial(dispatch.drive, charge_tuner_time=False)
+drive = functools.partial(testing.drive, charge_tuner_time=False)
 
 NATIVE = {
     "OpEvo": lambda **kw: OpEvoTuner(parents_size=4, offspring_size=4, **kw),

@@ -32,7 +32,7 @@ COMMANDS = {
 
 def docs(argv: list[str]) -> int:
     """``nni-opevo docs [FILE ...]``: the classArgs tables (default: the checkout's docs/tuners.md)."""
-    from nni_opevo.class_args import rewrite_file
+    from nni_opevo.tables import rewrite_file
 
     from . import REPO_ROOT
 

@@ -39,7 +39,7 @@ def feasible(params: dict[str, Any], workload: str | None = None, target: str = 
              layer: str | None = None) -> bool:
     """Whether ``params`` pass the template's static checks for the workload on the target.
 
-    For a network (``nni_opevo.NetworkTuner``), ``network`` is set in ``constraint_args`` and
+    For a network (the network tuner, ``nni_opevo.network``), ``network`` is set in ``constraint_args`` and
     the tuner adds each layer's ``layer``: the layer's workload is the one checked.
 
     Parameters that are not of the workload's space at all raise ValueError rather than return
@@ -47,7 +47,7 @@ def feasible(params: dict[str, Any], workload: str | None = None, target: str = 
     candidate would end it with "no feasible configuration" instead of the cause."""
     if network is not None:
         if layer is None:
-            raise ValueError("constraint_args name a network but no layer: give the constraint to NetworkTuner, "
+            raise ValueError("constraint_args name a network but no layer: give the constraint to the network tuner, "
                              "which adds each layer's name")
         chosen, template, resolved = _network_layer(network, layer, target)
     else:

@@ -12,7 +12,7 @@ quickstart ``experiments/quickstart/opevo.yml``; OpEvo on MM1 scaled out to
 other machines over SSH; fill in the hosts). Every experiment's tuner gets the trial code's
 static check as its constraint (``trial_code.constraint``). An experiment with any other tuner
 of the catalog
-(``benchmarks.catalog``: the peers with their papers' settings) is written on demand with
+(``nni_opevo.catalog``: the peers with their papers' settings) is written on demand with
 ``--tuner``, or run at once with ``nni-opevo launch --workload W --tuner T``.
 Run ``nnictl create --config experiments/<name>/<tuner>.yml`` from the repository root.
 ``--root`` writes the same layout under another folder (the configs then name the checkout's
@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks import catalog
+from nni_opevo import catalog
 
 from . import REPO_ROOT, constraint, networks, workloads
 from .cli import add_workload_options, workload_from
@@ -129,16 +129,16 @@ def write_spaces(layout: Layout, workload: Workload) -> list[str]:
 
 
 def network_tuner_config(spec: str, code_directory: str, network: str, kind: str, allocator: str) -> dict[str, Any]:
-    """A NetworkTuner running the catalog tuner ``spec`` on every layer, with the static check."""
+    """The network tuner running the catalog tuner ``spec`` on every layer, with the static check."""
     weights = {layer.name: layer.count for layer in networks.lookup(network)}
     args = catalog.network_class_args(f"{spec}{catalog.ALLOCATOR_MARK}{allocator}", weights, extra={
         "constraint": "trial_code.constraint:feasible", "constraint_args": {"network": network, "target": kind}})
-    return {"className": "nni_opevo.NetworkTuner", "codeDirectory": code_directory, "classArgs": args}
+    return {"className": f"nni_opevo.{catalog.network_class_name()}", "codeDirectory": code_directory, "classArgs": args}
 
 
 def write_network(layout: Layout, network: str, tuner: str, allocator: str = "gradient") -> list[str]:
     """``search_spaces/<network>.<kind>.json`` and ``experiments/<network>/<tuner>[-cpu].yml``:
-    every layer in one experiment, the trials shared out by a NetworkTuner."""
+    every layer in one experiment, the trials shared out by the network tuner."""
     layers = networks.lookup(network)
     label = network
     if network not in networks.NETWORKS:  # a JSON file: named by its stem, given to trials by its full path

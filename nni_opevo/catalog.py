@@ -1,12 +1,13 @@
-"""The tuners by short name: one list that generated experiment configs (``trial_code.make_spaces``,
-the launcher's ``--tuner``), the comparison benchmark and the overhead benchmark all read, so a
-comparison always runs the tuners users get.
+"""The catalog: the tuners by short name, as experiments and comparisons run them. Generated
+experiment configs (``trial_code.make_spaces``, the launcher's ``--tuner``), the comparison
+benchmark and the overhead benchmark all read it, so a comparison always runs the tuners users get.
 
-An entry names a tuner class and only the classArgs it sets beyond the class's own defaults;
+An entry names a tuner of the registry (``registry``) and only the classArgs it sets beyond the
+tuner's own defaults;
 the full classArgs come from the tuner's declaration (``nni_opevo.class_args``), so a default
 lives in one place. A name may carry classArg overrides after a colon, e.g.
 ``opevo:mutate_rate=0.3,parents_size=4`` (the sensitivity sweeps); values are read as JSON,
-else kept as strings. A network's tuner takes the NetworkTuner's own classArgs after an ``@``,
+else kept as strings. A network's tuner takes the network tuner's own classArgs after an ``@``,
 a bare word naming the allocator: ``opevo@round-robin``, ``opevo@gradient,transfer=false``.
 """
 from __future__ import annotations
@@ -17,36 +18,46 @@ from typing import Any
 
 from nni.tuner import Tuner
 
-import nni_opevo
+from . import registry
+
+BUILTINS = "ChoiceView"
+"""The registry's tuner that carries NNI's built-ins (its ``tuner`` classArg names one)."""
 
 
 @dataclass(frozen=True)
 class Entry:
     description: str
-    class_name: str  # in nni_opevo
+    tuner: str  # the registry's name
     class_args: dict[str, Any] = field(default_factory=dict)  # beyond the class's defaults
+    compared: bool = False  # one of the paper's comparison (the benchmark's default tuners)
+
+    @property
+    def class_name(self) -> str:
+        return registry.get(self.tuner).class_name
 
     @property
     def tuner_class(self) -> type:
-        return getattr(nni_opevo, self.class_name)
+        return registry.get(self.tuner).load()
 
     @property
     def builtin(self) -> str | None:
         """The NNI built-in behind a ChoiceView entry."""
-        return self.class_args.get("tuner") if self.class_name == "ChoiceViewTuner" else None
+        return self.class_args.get("tuner") if self.tuner == BUILTINS else None
 
 
 CATALOG: dict[str, Entry] = {
-    "opevo": Entry("OpEvo", "OpEvoTuner"),
-    "opevo-paper": Entry("OpEvo as published", "OpEvoTuner", {"variant": "paper"}),
-    "gbfs": Entry("G-BFS", "GBFSTuner"),
-    "na2c": Entry("N-A2C", "NA2CTuner"),
-    "autotvm": Entry("AutoTVM XGBoost+SA", "AutoTVMTuner"),
-    "nose": Entry("NoSE", "NoSETuner"),
-    "tpe": Entry("NNI TPE", "ChoiceViewTuner", {"tuner": "TPE"}),
-    "random": Entry("NNI Random", "ChoiceViewTuner", {"tuner": "Random"}),
-    "evolution": Entry("NNI Evolution", "ChoiceViewTuner", {"tuner": "Evolution"}),
+    "opevo": Entry("OpEvo", "OpEvo", compared=True),
+    "opevo-paper": Entry("OpEvo as published", "OpEvo", {"variant": "paper"}),
+    "gbfs": Entry("G-BFS", "GBFS", compared=True),
+    "na2c": Entry("N-A2C", "NA2C", compared=True),
+    "autotvm": Entry("AutoTVM XGBoost+SA", "AutoTVM", compared=True),
+    "nose": Entry("NoSE", "NoSE", compared=True),
+    "tpe": Entry("NNI TPE", BUILTINS, {"tuner": "TPE"}, compared=True),
+    "random": Entry("NNI Random", BUILTINS, {"tuner": "Random"}),
+    "evolution": Entry("NNI Evolution", BUILTINS, {"tuner": "Evolution"}),
 }
+COMPARED = [name for name, entry in CATALOG.items() if entry.compared]
+"""The paper's comparison: OpEvo against G-BFS, N-A2C, AutoTVM, NoSE and NNI's TPE."""
 BUILTIN_MODE = {"TPE": True, "Random": False, "Evolution": True}
 """Whether the NNI built-in behind a ChoiceView entry takes optimize_mode (all take a seed but Evolution)."""
 
@@ -104,19 +115,21 @@ def default(spec: str, key: str) -> Any:
 def build(spec: str, seed: int | None = None, optimize_mode: str = "maximize",
           extra: dict[str, Any] | None = None) -> Tuner:
     """A new tuner for ``spec`` (see the module docstring)."""
-    class_name, kwargs = class_args(spec, optimize_mode, seed, extra)
-    return getattr(nni_opevo, class_name)(**kwargs)
+    _, kwargs = class_args(spec, optimize_mode, seed, extra)
+    return CATALOG[parse(spec)[0]].tuner_class(**kwargs)
 
 
 # --------------------------------------------------------------------------- networks
 
+NETWORK = "Network"
+"""The registry's tuner of a whole network."""
 ALLOCATOR_MARK = "@"
 SHARED_ARGS = ("optimize_mode", "seed", "constraint", "constraint_args")
-"""classArgs a NetworkTuner passes on to every layer's tuner itself."""
+"""classArgs the network tuner passes on to every layer's tuner itself."""
 
 
 def network_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """``opevo@round-robin,transfer=false`` -> (the layers' catalog tuner, the NetworkTuner's own
+    """``opevo@round-robin,transfer=false`` -> (the layers' catalog tuner, the network tuner's own
     classArgs: a bare word names the allocator)."""
     tuner, _, rest = spec.partition(ALLOCATOR_MARK)
     return tuner, _overrides(spec, rest, bare="allocator")
@@ -124,7 +137,7 @@ def network_spec(spec: str) -> tuple[str, dict[str, Any]]:
 
 def network_class_args(spec: str, weights: dict[str, float], seed: int | None = None,
                        extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Every classArg of a NetworkTuner running catalog tuner ``spec`` (with ``@allocator``) on
+    """Every classArg of the network tuner running catalog tuner ``spec`` (with ``@allocator``) on
     each layer; ValueError naming a bad one (a built-in behind ChoiceView cannot be a layer's)."""
     tuner, network_args = network_spec(spec)
     class_name, values = class_args(tuner)
@@ -133,12 +146,17 @@ def network_class_args(spec: str, weights: dict[str, float], seed: int | None = 
     inner = {k: v for k, v in values.items() if k not in SHARED_ARGS}
     given = {"tuner": class_name, "tuner_args": inner, "weights": weights, **network_args, **(extra or {}),
              **({"seed": seed} if seed is not None else {})}
-    values = nni_opevo.NetworkTuner.Args.parse(given).values()
+    values = registry.get(NETWORK).load().Args.parse(given).values()
     if values.get("seed") is None:
         values.pop("seed", None)  # NNI's YAML then reads as "draw one"
     return values
 
 
+def network_class_name() -> str:
+    """The network tuner's class name, as an experiment config's ``className`` ends."""
+    return registry.get(NETWORK).class_name
+
+
 def build_network(spec: str, weights: dict[str, float], seed: int | None = None,
                   extra: dict[str, Any] | None = None) -> Tuner:
-    return nni_opevo.NetworkTuner(**network_class_args(spec, weights, seed, extra))
+    return registry.get(NETWORK).load()(**network_class_args(spec, weights, seed, extra))
