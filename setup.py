@@ -1,8 +1,10 @@
 """nni-opevo: the OpEvo tuner and its peers for NNI, with TVM trial code for tensor operators.
 
-Packages: ``nni_opevo`` (the tuners and the search space; nni, numpy, scipy and threadpoolctl only), ``trial_code``
-(the NNI trial: TVM kernels, experiments, export; the ``tvm`` extra) and ``benchmarks`` (the
-harness comparing tuners). Tool settings (pytest, ruff) live in pyproject.toml.
+Packages, one layer each (docs/architecture.md): ``nni_opevo`` (the tuners and the search space;
+nni, numpy, scipy and threadpoolctl only), ``trial_code`` (the NNI trial: TVM kernels; the ``tvm``
+extra), ``nni_opevo_tools`` (the launcher, the spaces generator, export and the ``nni-opevo``
+command) and ``nni_opevo_bench`` (the harness comparing tuners, which adds its subcommands to
+``nni-opevo``). Tool settings (pytest, ruff) live in pyproject.toml.
 """
 from setuptools import find_packages, setup
 
@@ -14,18 +16,22 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["nni_opevo", "nni_opevo.*", "trial_code", "trial_code.*",
-                                    "benchmarks", "benchmarks.*"]),
+                                    "nni_opevo_tools", "nni_opevo_tools.*", "nni_opevo_bench", "nni_opevo_bench.*"]),
     package_data={"nni_opevo": ["registration.yml"]},
     # threadpoolctl comes with nni 3.0 (through scikit-learn); named because the surrogate calls it.
     install_requires=["nni==3.0", "numpy", "scipy", "threadpoolctl", "setuptools<82"],
-    entry_points={"console_scripts": ["nni-opevo = trial_code.console:main"]},
+    entry_points={
+        "console_scripts": ["nni-opevo = nni_opevo_tools.console:main"],
+        # The harness's subcommands of nni-opevo: a higher layer plugs into the command line.
+        "nni_opevo.commands": ["bench = nni_opevo_bench.commands:COMMANDS"],
+    },
     extras_require={
         # The AutoTVM peer's cost model; the CPU-only wheel (5 MB) is enough, and a plain
         # `xgboost` install (same import) works as well.
         "xgboost": ["xgboost-cpu>=2.1"],
-        # The comparison benchmark's figures (python -m benchmarks).
+        # The comparison benchmark's figures (python -m nni_opevo_bench).
         "bench": ["matplotlib>=3.7"],
-        # Kernel Tuner's own strategies as peers on brute-forced caches (benchmarks/kernel_tuner_strategies.py).
+        # Kernel Tuner's own strategies as peers on brute-forced caches (nni_opevo_bench/kernel_tuner_strategies.py).
         "kerneltuner": ["kernel_tuner>=1.3"],
         # The tests also run NNI's Anneal through ChoiceView (hyperopt), a tiny benchmark, and the
         # web UI in Debian's chromium through Playwright (its own browser downloads are not used).

@@ -1,5 +1,5 @@
 """The catalog: the tuners by short name, as experiments and comparisons run them. Generated
-experiment configs (``trial_code.make_spaces``, the launcher's ``--tuner``), the comparison
+experiment configs (``nni_opevo_tools.make_spaces``, the launcher's ``--tuner``), the comparison
 benchmark and the overhead benchmark all read it, so a comparison always runs the tuners users get.
 
 An entry names a tuner of the registry (``registry``) and only the classArgs it sets beyond the

@@ -1,6 +1,6 @@
 """A real NNI experiment on loopback, driven through ``nnictl`` and NNI's REST API.
 
-Reads results through ``trial_code.experiment_client``, which matches them to configurations
+Reads results through ``nni_opevo_tools.experiment_client``, which matches them to configurations
 by parameter id (NNI 3.0's job listings mismatch them: microsoft/nni#5726).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from trial_code.experiment_client import NNICTL, ExperimentClient, created_id
+from nni_opevo_tools.experiment_client import NNICTL, ExperimentClient, created_id
 
 LOG_WAIT_S = 10.0
 """How long a log may take to show a line: a user looks for an error within seconds."""

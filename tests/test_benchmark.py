@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from benchmarks.__main__ import main
-from benchmarks.objectives import UNRECORDED
-from benchmarks.runner import COLUMNS
+from nni_opevo_bench.__main__ import main
+from nni_opevo_bench.objectives import UNRECORDED
+from nni_opevo_bench.runner import COLUMNS
 
 
 def rows_of(path):
@@ -41,7 +41,7 @@ def test_tiny_synthetic_benchmark_writes_csv_plots_table_and_resumes(tmp_path):
     assert summary.count("| SYN1 |") == 3 and "**" in summary
     progress = (out / "progress.md").read_text()  # equal trials (5, 10, 30) and equal time
     assert "### SYN1" in progress and "| 5 trials | 10 trials | 30 trials |" in progress and progress.count(" s |") >= 2
-    assert json.loads((out / "run.json").read_text())[0]["command"].startswith("python -m benchmarks")
+    assert json.loads((out / "run.json").read_text())[0]["command"].startswith("python -m nni_opevo_bench")
 
     # Interrupt: drop the last 12 rows (the end of the last run); the same command completes only those.
     lines = (out / "trials.csv").read_text().splitlines(keepends=True)
@@ -155,8 +155,8 @@ def test_metaschedule_refuses_what_it_cannot_run_before_running(tmp_path, spec, 
 def test_live_objectives_give_every_tuner_the_trial_codes_static_check():
     """As every generated experiment does: a configuration over the CPU's vector limit is
     refused by the tuner instead of spending a trial."""
-    from benchmarks.objectives import Live
     from nni_opevo import constraint
+    from nni_opevo_bench.objectives import Live
     from trial_code import targets
     from trial_code.evaluate import Limits
 
@@ -173,12 +173,12 @@ def test_a_band_leaves_out_the_trials_where_a_seed_has_nothing_yet(tmp_path):
 
     import numpy as np
 
-    from benchmarks.report import _band, _panels, _save
+    from nni_opevo_bench.figures import band, panels, save
 
-    fig, (ax,) = _panels(1)
+    fig, (ax,) = panels(1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _band(ax, np.arange(1, 4), np.array([[np.inf, 2.0, 1.0], [np.inf, np.inf, 1.5]]), "opevo", ["opevo"])
+        band(ax, np.arange(1, 4), np.array([[np.inf, 2.0, 1.0], [np.inf, np.inf, 1.5]]), "opevo", ["opevo"])
     line = ax.lines[0].get_ydata()
     assert np.isnan(line[:2]).all() and line[2] == 1.25
-    _save(fig, tmp_path / "band.png")
+    save(fig, tmp_path / "band.png")

@@ -32,7 +32,8 @@ def test_registration_yml_is_generated_from_the_registry():
 
 def test_each_tuner_class_is_named_in_its_module_and_the_registry_only():
     """The list of tuners lives in the registry: no other product module names a tuner class."""
-    product = [p for folder in ("nni_opevo", "trial_code", "benchmarks") for p in (ROOT / folder).rglob("*.py")]
+    folders = ("nni_opevo", "trial_code", "nni_opevo_tools", "nni_opevo_bench")
+    product = [p for folder in folders for p in (ROOT / folder).rglob("*.py")]
     for tuner in registry.TUNERS:
         module = ROOT / (tuner.target.partition(":")[0].replace(".", "/") + ".py")
         if not module.exists():

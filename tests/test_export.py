@@ -1,13 +1,14 @@
-"""``trial_code.export`` pieces that need no experiment: CUDA kernels exported where no GPU is
+"""``nni_opevo_tools.export`` pieces that need no experiment: CUDA kernels exported where no GPU is
 visible (built and nvcc-compiled, not timed), and clear errors for what it cannot export."""
 import shutil
 
 import pytest
 from feasible import feasible
 
-from trial_code import export, targets, workloads
+from nni_opevo_tools import export, remeasure
+from nni_opevo_tools.experiment_client import ExperimentDatabase, Trial
+from trial_code import targets, workloads
 from trial_code.evaluate import Limits
-from trial_code.experiment_client import ExperimentDatabase, Trial
 from trial_code.status import Status
 
 
@@ -21,13 +22,13 @@ def test_cuda_best_is_exported_as_cuda_source_without_a_gpu(tmp_path):
     target = targets.Target("cuda", device="cuda-none", has_device=False, **targets.H100)
     trials = [Trial(1.5, 7, feasible(workload, target, seed=0), {"default": 1.5}),
               Trial(1.2, 3, feasible(workload, target, seed=1), {"default": 1.2})]
-    rows = export.remeasure(trials, workload, target, Limits(build_timeout=args.build_timeout), measured=False,
+    rows = remeasure.remeasure(trials, workload, target, Limits(build_timeout=args.build_timeout), measured=False,
                             kernels=str(tmp_path))
     assert [r.status for _, r, _ in rows] == [Status.NO_ERROR, Status.NO_ERROR], [r.error for _, r, _ in rows]
     assert all(not r.repeats_ms for _, r, _ in rows), "nothing is timed without a GPU"
     source = (tmp_path / "p7.cu").read_text()
     assert "__global__" in source and "__shared__" in source
-    winner, _, _ = export.best_of(rows, measured=False)
+    winner, _, _ = remeasure.best_of(rows, measured=False)
     assert winner.parameter_id == 7, "unmeasured: the best reported configuration that builds"
     assert "| 1 | 7 | 1.5000 | - | - | NO_ERROR | p7.cu |" in export.table(rows, str(tmp_path))
 

@@ -256,7 +256,7 @@ def small_disk(tmp_path):
 def test_a_full_disk_stops_a_benchmark_with_the_file_named_and_resume_repeats_nothing(tmp_path, small_disk):
     import shutil
 
-    from benchmarks.__main__ import main
+    from nni_opevo_bench.__main__ import main
 
     argv = ["--objective", "synthetic", "--workloads", "SYN1", "SYN2", "--tuners", "opevo", "gbfs", "--seeds", "2",
             "--budget", "150", "--no-progress"]
@@ -284,9 +284,9 @@ def test_a_full_disk_stops_a_benchmark_with_the_file_named_and_resume_repeats_no
 def test_extreme_results_never_poison_a_tuner():
     import itertools
 
-    from benchmarks.synthetic import tiled_matmul
     from nni_opevo import catalog
     from nni_opevo.testing import drive
+    from nni_opevo_bench.synthetic import tiled_matmul
 
     space, _ = tiled_matmul(256, 256, 256, seed=1)
     for mode in ("maximize", "minimize"):

@@ -1,9 +1,9 @@
-"""The proposal fingerprint (benchmarks/fingerprint.py) holds: every catalog tuner proposes on the
+"""The proposal fingerprint (nni_opevo_bench/fingerprint.py) holds: every catalog tuner proposes on the
 synthetic landscapes (and the network of them) exactly what it proposed when the record was made.
 The caches' runs are checked by the script itself where the caches are at hand."""
 import pytest
 
-from benchmarks import fingerprint
+from nni_opevo_bench import fingerprint
 
 
 @pytest.mark.slow

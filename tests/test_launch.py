@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from nni_experiment import free_port
 
-from trial_code import best as best_json
-from trial_code.experiment_client import NNICTL, created_id
+from nni_opevo_tools import best as best_json
+from nni_opevo_tools.experiment_client import NNICTL, created_id
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "trial_code.console"]
+CLI = [sys.executable, "-m", "nni_opevo_tools.console"]
 
 
 def test_console_lists_its_commands_and_refuses_unknown_ones():

@@ -212,7 +212,7 @@ def test_an_untuned_layer_runs_at_tvms_default_schedule():
 
 
 def test_spaces_writes_a_network_experiment(tmp_path):
-    from trial_code import make_spaces
+    from nni_opevo_tools import make_spaces
 
     network = tmp_path / "tiny.json"
     network.write_text(json.dumps(TINY))
@@ -233,12 +233,12 @@ def test_a_network_experiment_under_nnictl_ends_with_its_end_to_end_latency(tmp_
     """A two-layer network tuned by one NNI experiment, then exported: each layer's best
     re-measured (or TVM's default schedule where no trial reached it) and the network's latency
     exactly the sum of count x latency."""
-    from trial_code.experiment_client import NNICTL, created_id
+    from nni_opevo_tools.experiment_client import NNICTL, created_id
 
     network = tmp_path / "tiny.json"
     network.write_text(json.dumps(TINY))
     env = {**os.environ, "HOME": str(tmp_path), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
-    subprocess.run([sys.executable, "-m", "trial_code.make_spaces", "--network", str(network), "--root", str(tmp_path)],
+    subprocess.run([sys.executable, "-m", "nni_opevo_tools.make_spaces", "--network", str(network), "--root", str(tmp_path)],
                    cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
     config_path = tmp_path / "experiments" / "tiny" / "opevo-cpu.yml"
     config = yaml.safe_load(config_path.read_text())
@@ -247,7 +247,7 @@ def test_a_network_experiment_under_nnictl_ends_with_its_end_to_end_latency(tmp_
     config_path.write_text(yaml.safe_dump(config))
     from nni_experiment import free_port
 
-    out = subprocess.run([sys.executable, "-m", "trial_code.launch", "--config", str(config_path), "--port",
+    out = subprocess.run([sys.executable, "-m", "nni_opevo_tools.launch", "--config", str(config_path), "--port",
                           str(free_port()), "--every", "2", "--top-k", "1"], env=env, cwd=ROOT, capture_output=True,
                          text=True, timeout=900)
     experiment = created_id(out.stdout.replace("experiment ", "nnictl stop ", 1))
@@ -268,7 +268,7 @@ def test_a_network_experiment_under_nnictl_ends_with_its_end_to_end_latency(tmp_
 
 
 def test_the_network_latency_after_each_trial_counts_untuned_layers_at_the_default(tmp_path):
-    from benchmarks import network_report
+    from nni_opevo_bench import network_report
 
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(TINY))

@@ -12,9 +12,10 @@ import json
 import pytest
 from feasible import feasible
 
-from trial_code import network_export, network_graph, networks, targets, workloads
+from nni_opevo_tools import network_export
+from nni_opevo_tools.experiment_client import Ranking
+from trial_code import network_graph, networks, targets, workloads
 from trial_code.evaluate import Limits
-from trial_code.experiment_client import Ranking
 from trial_code.templates import for_workload
 
 CPU = targets.cpu()
@@ -125,7 +126,7 @@ def test_the_benchmark_tunes_a_network_with_each_allocator_and_metaschedule_and_
     network's latency against total trials, and builds the whole network with each run's final
     kernels (ours from their best configurations, MetaSchedule's from its database) and untuned,
     once each: running the command again measures nothing twice."""
-    from benchmarks.__main__ import main
+    from nni_opevo_bench.__main__ import main
 
     out = tmp_path / "bench"
     tuners = ["opevo", "opevo@round-robin", "metaschedule:num_trials_per_iter=2"]
@@ -157,7 +158,7 @@ def test_the_benchmark_tunes_a_network_with_each_allocator_and_metaschedule_and_
 def test_the_profile_alternates_tuners_within_a_round(tiny):
     """Runs come seed by seed, each seed's tuners side by side (seed 10 after 9), so a slow spell
     of a shared machine falls on every tuner alike; MetaSchedule's runs are named, not timed."""
-    from benchmarks import network_profile
+    from nni_opevo_bench import network_profile
 
     conv = json.dumps({networks.KEY: {"_name": "conv", **tuned_params()["conv"]}})
     rows = [{"objective": "network", "workload": tiny, "target": "llvm", "tuner": tuner, "seed": seed,
@@ -170,12 +171,12 @@ def test_the_profile_alternates_tuners_within_a_round(tiny):
 
 
 def test_the_profile_times_each_runs_kernels_alone_and_in_the_network_resuming_by_round(tiny, tmp_path):
-    """``benchmarks.network_profile`` rebuilds each of our runs' best kernels from the CSV, times
+    """``nni_opevo_bench.network_profile`` rebuilds each of our runs' best kernels from the CSV, times
     them alone and call by call inside the built network, round after round, beside TVM's default
     schedule as a control, and a repeated command adds only the missing rounds; MetaSchedule's
     run cannot be rebuilt and is named."""
-    from benchmarks import network_profile, network_report
-    from benchmarks.table import read_rows
+    from nni_opevo_bench import network_profile, network_report
+    from nni_opevo_bench.table import read_rows
 
     conv = {networks.KEY: {"_name": "conv", **tuned_params()["conv"]}}
     fields = ["objective", "workload", "target", "tuner", "seed", "tflops", "configuration"]

@@ -174,11 +174,11 @@ def test_cpu_quickstart_experiment_measures_real_kernels(quickstart):
 
 
 def test_export_rebuilds_and_remeasures_the_best_of_a_stopped_experiment(quickstart, tmp_path):
-    """``trial_code.export`` reads the stopped experiment's own database (NNI is not running),
+    """``nni_opevo_tools.export`` reads the stopped experiment's own database (NNI is not running),
     re-measures the top-k with more repeats and writes the winner with its LLVM source."""
     folder, results = quickstart
     out = tmp_path / "export"
-    done = subprocess.run([sys.executable, "-m", "trial_code.export", str(folder), "--top-k", "3", "--repeat", "3",
+    done = subprocess.run([sys.executable, "-m", "nni_opevo_tools.export", str(folder), "--top-k", "3", "--repeat", "3",
                            "--min-repeat-ms", "5", "--out", str(out)], cwd=HERE.parent, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     best = json.loads((out / "best.json").read_text())

@@ -9,7 +9,6 @@ import pytest
 from nni import NoMoreTrialError
 from stats import ALPHA, hypergeometric_tail
 
-from benchmarks.synthetic import tiled_matmul
 from nni_opevo import (
     AutoTVMClassArgsValidator,
     AutoTVMTuner,
@@ -32,6 +31,7 @@ from nni_opevo.fitness import Fitness
 from nni_opevo.knn import KnnSurrogate
 from nni_opevo.population import Population
 from nni_opevo.search_space import SearchSpace
+from nni_opevo_bench.synthetic import tiled_matmul
 
 # Deterministic runs: the simulated clock ignores the tuners' real time, which varies with
 # the machine's load and would reorder which trial finishes first.

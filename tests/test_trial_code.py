@@ -304,12 +304,12 @@ def test_every_named_workload_has_a_parseable_space_with_feasible_points():
             SearchSpace(space)
             label = "cuda" if target.kind == "cuda" else "cpu"
             path = ROOT / "search_spaces" / f"{workload.name}.{label}.json"
-            assert json.loads(path.read_text()) == space, f"{path} is stale: run python -m trial_code.make_spaces"
+            assert json.loads(path.read_text()) == space, f"{path} is stale: run python -m nni_opevo_tools.make_spaces"
             feasible(workload, target)
 
 
 def test_make_spaces_for_a_custom_shape_and_a_peer_tuner(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "trial_code.make_spaces", "--family", "batch_matmul", "--name",
+    out = subprocess.run([sys.executable, "-m", "nni_opevo_tools.make_spaces", "--family", "batch_matmul", "--name",
                           "pytest_custom", "--shape", "batch=3", "n=12", "m=20", "k=8", "layout=NT",
                           "--tuner", "opevo", "gbfs", "--root", str(tmp_path)],
                          cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
@@ -330,7 +330,7 @@ def test_make_spaces_for_a_custom_shape_and_a_peer_tuner(tmp_path):
 
 
 def test_make_spaces_refuses_an_unknown_tuner(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "trial_code.make_spaces", "--workload", "MM1", "--tuner", "nosee",
+    out = subprocess.run([sys.executable, "-m", "nni_opevo_tools.make_spaces", "--workload", "MM1", "--tuner", "nosee",
                           "--root", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--tuner nosee: unknown tuner 'nosee'" in out.stderr
     assert not any(tmp_path.iterdir())
@@ -354,10 +354,11 @@ def test_target_auto_is_the_gpu_when_visible_else_the_cpu():
 
 
 def test_tuner_package_never_imports_tvm():
-    code = "import sys, nni_opevo, nni_opevo.testing, benchmarks.synthetic; assert 'tvm' not in sys.modules"
+    code = "import sys, nni_opevo, nni_opevo.testing, nni_opevo_bench.synthetic; assert 'tvm' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_trial_parent_process_does_not_import_tvm():
-    code = ("import sys; from trial_code import evaluate, trial, make_spaces; assert 'tvm' not in sys.modules")
+    code = ("import sys; from trial_code import evaluate, trial; from nni_opevo_tools import make_spaces; "
+            "assert 'tvm' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)

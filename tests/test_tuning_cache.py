@@ -11,11 +11,11 @@ import json
 import pytest
 from nni import NoMoreTrialError
 
-from benchmarks import tuning_cache
-from benchmarks.__main__ import main
-from benchmarks.objectives import Cache
-from benchmarks.report import fraction_at
 from nni_opevo import OpEvoTuner, SearchSpace
+from nni_opevo_bench import tuning_cache
+from nni_opevo_bench.__main__ import main
+from nni_opevo_bench.objectives import Cache
+from nni_opevo_bench.report import fraction_at
 
 pytest.importorskip("kernel_tuner")
 
@@ -61,7 +61,7 @@ def test_a_cache_reads_as_a_space_a_constraint_and_scores(tmp_path):
 
 def test_a_tuner_told_the_restrictions_measures_only_cached_configurations(tmp_path):
     path = str(write_cache(tmp_path / "tiny.json.gz"))
-    tuner = OpEvoTuner(seed=0, parents_size=2, offspring_size=2, constraint="benchmarks.tuning_cache:feasible",
+    tuner = OpEvoTuner(seed=0, parents_size=2, offspring_size=2, constraint="nni_opevo_bench.tuning_cache:feasible",
                        constraint_args={"cache": path})
     space = SearchSpace(tuning_cache.load(path).space)
     tuner.update_search_space(space.raw)

@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .anchor import Anchor
+from trial_code.anchor import Anchor
 
 SCHEMA = "nni-opevo/best/1"
 

@@ -166,7 +166,7 @@ class Cache(Objective):
 
     def __init__(self, path: str) -> None:
         self.cache = tuning_cache.load(path)
-        self.constraint = {"constraint": "benchmarks.tuning_cache:feasible", "constraint_args": {"cache": path}}
+        self.constraint = {"constraint": "nni_opevo_bench.tuning_cache:feasible", "constraint_args": {"cache": path}}
         self.optimum = self.cache.optimum / 1e3
         super().__init__(self.cache.name, f"{self.cache.kernel} on {self.cache.device or 'an unnamed GPU'}",
                          self.cache.space)

@@ -1,23 +1,23 @@
-"""``python -m benchmarks``: compare tuners, then draw the figures and tables.
+"""``python -m nni_opevo_bench``: compare tuners, then draw the figures and tables.
 
     # CI-sized: synthetic landscapes, two tuners, two seeds
-    python -m benchmarks --objective synthetic --workloads SYN1 --tuners opevo gbfs \\
+    python -m nni_opevo_bench --objective synthetic --workloads SYN1 --tuners opevo gbfs \\
         --seeds 2 --budget 40 --out /tmp/bench
     # live kernels (GPU when visible, else CPU), the paper's comparison
-    python -m benchmarks --objective live --workloads MM1 BMM1 C2 \\
+    python -m nni_opevo_bench --objective live --workloads MM1 BMM1 C2 \\
         --tuners opevo gbfs na2c autotvm nose tpe --seeds 3 --budget 512 --concurrency 8 --out docs/results/h100
     # the same tuners replayed on those measurements (no device needed)
-    python -m benchmarks --objective recorded --record docs/results/h100/trials.csv --target cuda \\
+    python -m nni_opevo_bench --objective recorded --record docs/results/h100/trials.csv --target cuda \\
         --workloads MM1 --tuners opevo opevo:mutate_rate=0.1 opevo:mutate_rate=0.9 --seeds 5 --budget 512 --out /tmp/replay
     # brute-forced Kernel Tuner caches: our tuners (told the restrictions) against Kernel Tuner's strategies
-    python -m benchmarks --objective cache --cache ../shared/data/benchmark_hub/gemm/RTX_Titan.json.gz \\
+    python -m nni_opevo_bench --objective cache --cache ../shared/data/benchmark_hub/gemm/RTX_Titan.json.gz \\
         --tuners opevo gbfs kt:genetic_algorithm kt:bayes_opt --seeds 10 --budget 200 --concurrency 1 \\
         --out /tmp/hub
     # a whole network under one budget: OpEvo per layer with Ansor's allocator, round-robin, MetaSchedule
-    python -m benchmarks --objective network --target cpu --workloads resnet18 \\
+    python -m nni_opevo_bench --objective network --target cpu --workloads resnet18 \\
         --tuners opevo opevo@round-robin autotvm:plan_size=16 metaschedule --seeds 3 --budget 240 --out /tmp/resnet18
     # figures and tables again from a CSV (trials.csv, or trials.csv.gz as published)
-    python -m benchmarks --report-only --out docs/results/h100
+    python -m nni_opevo_bench --report-only --out docs/results/h100
 
 Rows go to ``<out>/trials.csv`` as trials finish; running the same command again resumes
 where it stopped. ``<out>/run.json`` records the command, the date and the machine.
@@ -73,7 +73,7 @@ def machine(args: argparse.Namespace) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m nni_opevo_bench", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--objective", choices=("synthetic", "live", "recorded", "cache", "network"),
                         default="synthetic")
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         runs_file = args.out / "run.json"
         log = json.loads(runs_file.read_text()) if runs_file.exists() else []
-        log.append({"command": " ".join(["python -m benchmarks", *(argv if argv is not None else sys.argv[1:])]),
+        log.append({"command": " ".join(["python -m nni_opevo_bench", *(argv if argv is not None else sys.argv[1:])]),
                     "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(args)})
         runs_file.write_text(json.dumps(log, indent=2) + "\n")
         report.record_optima(args.out, {o.workload: o.optimum for o in plan.objectives if o.optimum is not None})

@@ -7,8 +7,8 @@ canonical JSON) is recorded. A refactor must reproduce every hash; a change that
 alter a search re-records the file in a commit of its own that says so. The network tuner is
 fingerprinted on a network whose layers are the synthetic landscapes.
 
-    python -m benchmarks.fingerprint record   # writes benchmarks/fingerprint.json
-    python -m benchmarks.fingerprint check    # exits 1 naming every run whose proposals changed
+    python -m nni_opevo_bench.fingerprint record   # writes nni_opevo_bench/fingerprint.json
+    python -m nni_opevo_bench.fingerprint check    # exits 1 naming every run whose proposals changed
 
 Caches come from ``--hub`` (the four of ``../shared/data/benchmark_hub``) and ``--held-out`` (the
 fifth, ``docs/results/benchmark-hub/README.md`` says how to fetch it); a missing one is left out
@@ -122,7 +122,7 @@ def compute(todo: list[Job], workers: int) -> dict[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.fingerprint", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m nni_opevo_bench.fingerprint", description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("record", "check"))
     parser.add_argument("--hub", type=Path, default=HUB, help="folder of the four benchmark-hub caches")
     parser.add_argument("--held-out", type=Path, default=HELD_OUT, help="the held-out convolution cache")

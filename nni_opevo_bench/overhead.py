@@ -12,9 +12,9 @@ traced Python memory the tuner holds. The space is
   check as the constraint (H100 limits: 78 % of the space refused), so the time includes the
   constraint hook's; results are pseudo-random values of the configuration.
 
-    python -m benchmarks.overhead                         # every tuner, 1k and 10k
-    python -m benchmarks.overhead --tuner opevo nose --checkpoints 1000 10000 50000
-    python -m benchmarks.overhead --space MM1 --tuner opevo opevo-paper
+    python -m nni_opevo_bench.overhead                         # every tuner, 1k and 10k
+    python -m nni_opevo_bench.overhead --tuner opevo nose --checkpoints 1000 10000 50000
+    python -m nni_opevo_bench.overhead --space MM1 --tuner opevo opevo-paper
 
 A learner's cost comes in bursts (AutoTVM refits and anneals once per 64 results, NoSE breeds
 once per 30 proposals), so the median shows the common call and the p99 and the mean the

@@ -1,8 +1,8 @@
 """Run a tuning experiment to the end and show the best kernel: the README's main command.
 
-    python -m trial_code.launch                              # GPU: MM1 (512 trials); no GPU: the CPU quickstart
-    python -m trial_code.launch --config experiments/C2/opevo.yml --port 8081
-    python -m trial_code.launch --workload MM1 --tuner gbfs  # any workload and catalog tuner, generated
+    python -m nni_opevo_tools.launch                              # GPU: MM1 (512 trials); no GPU: the CPU quickstart
+    python -m nni_opevo_tools.launch --config experiments/C2/opevo.yml --port 8081
+    python -m nni_opevo_tools.launch --workload MM1 --tuner gbfs  # any workload and catalog tuner, generated
 
 Before NNI starts, it builds the experiment's tuner with its classArgs on its search space, so
 a misspelt ``_type`` or a bad classArg is refused at once with the parameter named. It then
@@ -26,7 +26,9 @@ from collections import Counter
 
 import yaml
 
-from . import REPO_ROOT, export, make_spaces, targets, workloads
+from trial_code import REPO_ROOT, targets, workloads
+
+from . import export, make_spaces
 from .experiment_client import NNICTL, ExperimentClient, created_id
 
 

@@ -1,4 +1,4 @@
-"""Export an experiment's best kernel: ``python -m trial_code.export EXPERIMENT [--top-k 5] [--repeat 30]``.
+"""Export an experiment's best kernel: ``python -m nni_opevo_tools.export EXPERIMENT [--top-k 5] [--repeat 30]``.
 
 EXPERIMENT is an experiment id (looked up under ``--root``, NNI's default ``~/nni-experiments``)
 or the experiment's folder. It is read from its own database, so this works while the
@@ -35,16 +35,16 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import anchor, network_export, targets
-from . import trial as trial_cli
+from trial_code import anchor, targets
+from trial_code import trial as trial_cli
+from trial_code.cli import workload_from
+from trial_code.evaluate import Limits, Result
+
+from . import network_export
 from .best import Best
-from .cli import workload_from
-from .evaluate import Limits, Result, evaluate
 from .experiment_client import ExperimentDatabase, Trial
 from .network_export import NetworkBest
-from .status import Status
-from .targets import Target
-from .workloads import Workload
+from .remeasure import best_of, remeasure
 
 TRIAL_MODULE = "trial_code.trial"
 
@@ -69,23 +69,6 @@ def trial_arguments(trial_command: str) -> argparse.Namespace:
     return trial_cli.parse(words[words.index(TRIAL_MODULE) + 1:])
 
 
-def remeasure(trials: list[Trial], workload: Workload, target: Target, limits: Limits, measured: bool,
-              kernels: str) -> list[tuple[Trial, Result, str]]:
-    """Rebuild (and with ``measured``, re-time) each configuration, writing its source under ``kernels``."""
-    extension = "cu" if target.kind == "cuda" else "ll"
-    os.makedirs(kernels, exist_ok=True)
-    out = []
-    for rank, trial in enumerate(trials, 1):
-        source = os.path.join(kernels, f"p{trial.parameter_id}.{extension}")
-        result = evaluate(workload, trial.parameters, target, limits, build_only=not measured, source_path=source)
-        spread = (f", {min(result.repeats_ms):.4f}-{max(result.repeats_ms):.4f} ms over {len(result.repeats_ms)}"
-                  if result.repeats_ms else "")
-        print(f"  {rank}/{len(trials)} parameter {trial.parameter_id}: reported {trial.value:.4f} TFLOPS, "
-              f"now {result.status.name} {result.tflops:.4f} TFLOPS{spread}", flush=True)
-        out.append((trial, result, source))
-    return out
-
-
 def warn_if_tuned_elsewhere(rows: list[tuple[Trial, Result, str]], built_for: str) -> None:
     """A ranking measured on one CPU or GPU need not hold on another: say so when the trials
     report another arch than the one this machine builds for."""
@@ -93,15 +76,6 @@ def warn_if_tuned_elsewhere(rows: list[tuple[Trial, Result, str]], built_for: st
     if built_for and tuned_for and tuned_for != {built_for}:
         print(f"warning: the trials were tuned for {', '.join(sorted(tuned_for))}, this machine builds for "
               f"{built_for}: their ranking may not hold here", flush=True)
-
-
-def best_of(rows: list[tuple[Trial, Result, str]], measured: bool) -> tuple[Trial, Result, str]:
-    """The winner: by re-measured TFLOPS where re-measured, else the best reported that still builds."""
-    built = [row for row in rows if row[1].status is Status.NO_ERROR]
-    if not built:
-        raise SystemExit("none of the top configurations builds here any more: " +
-                         "; ".join(f"parameter {t.parameter_id}: {r.status.name} {r.error}" for t, r, _ in rows))
-    return max(built, key=lambda row: row[1].tflops) if measured else built[0]
 
 
 def table(rows: list[tuple[Trial, Result, str]], out: str) -> str:

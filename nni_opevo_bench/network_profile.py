@@ -1,4 +1,4 @@
-"""``python -m benchmarks.network_profile --out DIR``: where a tuned network's time goes, each
+"""``python -m nni_opevo_bench.network_profile --out DIR``: where a tuned network's time goes, each
 finished run's final kernels timed again in one session, alone and inside the built network.
 
 A network benchmark reports two latencies per run: the sum over layers of count x the best
@@ -231,7 +231,7 @@ def write_table(out: Path, network: str, target: str) -> None:
     tuners = sorted({t for t, _ in found})
     lines = [f"# {network} on {target}: where each run's time goes", "",
              f"Every run's final kernels timed again in one session, {rounds} round(s), medians over rounds "
-             f"(`python -m benchmarks.network_profile`; its docstring says how). ms per inference: the sum "
+             f"(`python -m nni_opevo_bench.network_profile`; its docstring says how). ms per inference: the sum "
              f"over layers of count x ms as the trials recorded it and as timed alone again; the whole "
              f"network as one program.", "",
              "| tuner | runs | recorded sum | alone sum | whole network | whole / recorded |", "|---|---|---|---|---|---|"]
@@ -268,7 +268,7 @@ def write_table(out: Path, network: str, target: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.network_profile", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m nni_opevo_bench.network_profile", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--out", type=Path, required=True, help="a network benchmark's folder (its trials.csv)")
     parser.add_argument("--network", default="resnet18", help="a named network with a graph: alexnet, resnet18")

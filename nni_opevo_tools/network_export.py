@@ -2,7 +2,7 @@
 latency as the sum over its layers of count x that latency.
 
 For every layer of the network (``networks``), the experiment's top-k configurations of that
-layer are rebuilt and re-measured like a single workload's (``export.remeasure``); a layer
+layer are rebuilt and re-measured like a single workload's (``remeasure``); a layer
 with no working kernel (untried, or every trial failed) is measured at TVM's default schedule
 (``kernel.scheduled`` with no parameters), which is what it would run untuned. The network's
 latency is then exactly sum_i count_i x latency_i, nothing more: no fusion between layers, no
@@ -25,10 +25,12 @@ import shutil
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import networks, targets
-from .evaluate import Limits, evaluate
+from trial_code import networks, targets
+from trial_code.evaluate import Limits, evaluate
+from trial_code.status import Status
+
 from .experiment_client import ExperimentDatabase, Trial
-from .status import Status
+from .remeasure import best_of, remeasure
 
 SCHEMA = "nni-opevo/network/1"
 
@@ -113,7 +115,6 @@ def _ms(value: float | None) -> str:
 def export(folder: str, database: ExperimentDatabase, trial_args: argparse.Namespace, top_k: int, limits: Limits,
            out: str) -> NetworkBest:
     """Re-measure every layer's best (see the module docstring) and write the result to ``out``."""
-    from .export import best_of, remeasure  # the single-workload steps, per layer
 
     network = trial_args.network
     target = targets.resolve(trial_args.target)
@@ -169,7 +170,7 @@ def _whole_network(network: str, layers: list[LayerBest], target: targets.Target
                    ) -> tuple[float | None, str]:
     """The network with each layer's chosen kernel built as one program and timed (a named
     network only: ``network_graph``); (latency, "") or (None, why not)."""
-    from . import network_graph
+    from trial_code import network_graph
 
     if not network_graph.has_graph(network):
         return None, ""

@@ -33,6 +33,7 @@ import numpy as np
 from nni_opevo import catalog
 
 from . import kernel_tuner_strategies, metaschedule, network_report
+from .figures import band, legend, panels, sample_std, save
 from .objectives import UNRECORDED
 from .table import read_rows
 
@@ -79,70 +80,10 @@ def curves_by_time(seeds: dict[str, list[dict[str, str]]], grid: np.ndarray) -> 
     return out
 
 
-def _panels(n: int) -> tuple[object, list]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cols = min(n, 3)
-    rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
-    for ax in axes.flat[n:]:
-        ax.set_visible(False)
-    return fig, list(axes.flat[:n])
-
-
-def _save(fig: object, path: Path) -> None:
-    """Write and close the figure (pyplot keeps every open figure alive)."""
-    import matplotlib.pyplot as plt
-
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def sample_std(values: np.ndarray | list[float], axis: int | None = None) -> np.ndarray | float:
-    """Standard deviation over seeds with ddof = 1; 0 for a single seed."""
-    values = np.asarray(values, dtype=float)
-    n = values.shape[axis] if axis is not None else values.size
-    return values.std(axis=axis, ddof=1) if n > 1 else np.zeros_like(values.mean(axis=axis))
-
-
-PRODUCT = "opevo"
-"""The catalog name of the tuner this project ships, drawn on top of its peers."""
-
-
-def _band(ax, x: np.ndarray, curves: np.ndarray, label: str, tuners: list[str]) -> None:
-    """Mean ± sample std over seeds. Each tuner keeps one colour in every panel (20 distinct ones,
-    enough for 18 tuners), and the product is drawn thick, black and on top; with many tuners the
-    bands fade, so that the means stay readable."""
-    import matplotlib
-
-    curves = np.where(np.isfinite(curves).all(axis=0), curves, np.nan)  # a seed with nothing yet: no point there
-    mean, std = curves.mean(axis=0), sample_std(curves, axis=0)
-    ours = label == PRODUCT
-    colour = "black" if ours else matplotlib.colormaps["tab20"](tuners.index(label) % 20)
-    ax.plot(x, mean, label=label, color=colour, linewidth=2.4 if ours else 1.1, zorder=3 if ours else 2)
-    ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.2 if ours or len(tuners) <= 6 else 0.06,
-                    linewidth=0)
-
-
-def _legend(fig: object, axes: list) -> None:
-    """In an empty panel where the grid has one, else on the first panel."""
-    handles, labels = axes[0].get_legend_handles_labels()
-    spare = [ax for ax in fig.axes if not ax.get_visible()]
-    if spare:
-        spare[0].set_visible(True)
-        spare[0].axis("off")
-        spare[0].legend(handles, labels, loc="center", fontsize=8, ncol=2 if len(labels) > 9 else 1)
-    else:
-        axes[0].legend(fontsize=7)
-
-
 def plot_curves(runs: Runs, out: Path, title: str) -> list[Path]:
     written = []
     for axis in ("trials", "time"):
-        fig, axes = _panels(len(runs))
+        fig, axes = panels(len(runs))
         names = sorted({tuner for tuners in runs.values() for tuner in tuners})
         for ax, (workload, tuners) in zip(axes, sorted(runs.items())):
             if axis == "time":
@@ -151,18 +92,18 @@ def plot_curves(runs: Runs, out: Path, title: str) -> list[Path]:
             for tuner, seeds in sorted(tuners.items()):
                 if axis == "trials":
                     curves = curves_by_trial(seeds)
-                    _band(ax, np.arange(1, curves.shape[1] + 1), curves, tuner, names)
+                    band(ax, np.arange(1, curves.shape[1] + 1), curves, tuner, names)
                 else:
-                    _band(ax, grid, curves_by_time(seeds, grid), tuner, names)
+                    band(ax, grid, curves_by_time(seeds, grid), tuner, names)
             ax.set_title(workload)
             ax.set_xlabel("trials" if axis == "trials" else "wall-clock seconds")
             ax.set_ylabel("best TFLOPS so far")
             ax.grid(alpha=0.3)
-        _legend(fig, axes)
+        legend(fig, axes)
         fig.suptitle(title, fontsize=10)
         fig.tight_layout()
         path = out / f"best_vs_{axis}.png"
-        _save(fig, path)
+        save(fig, path)
         written.append(path)
     return written
 
@@ -236,7 +177,7 @@ def sweeps(runs: Runs) -> dict[tuple[str, str], list[tuple[float, str]]]:
 def plot_sweeps(runs: Runs, out: Path) -> list[Path]:
     written = []
     for (base, key), points in sorted(sweeps(runs).items()):
-        fig, axes = _panels(len(runs))
+        fig, axes = panels(len(runs))
         for ax, (workload, tuners) in zip(axes, sorted(runs.items())):
             xs, means, stds = [], [], []
             for value, spec in points:
@@ -250,7 +191,7 @@ def plot_sweeps(runs: Runs, out: Path) -> list[Path]:
             ax.grid(alpha=0.3)
         fig.tight_layout()
         path = out / f"sweep_{base}_{key}.png"
-        _save(fig, path)
+        save(fig, path)
         written.append(path)
     return written
 
@@ -304,20 +245,20 @@ def plot_fractions(runs: Runs, optima: dict[str, float], out: Path) -> list[Path
     known = {w: t for w, t in runs.items() if w in optima}
     if not known:
         return []
-    fig, axes = _panels(len(known))
+    fig, axes = panels(len(known))
     names = sorted({tuner for tuners in known.values() for tuner in tuners})
     for ax, (workload, tuners) in zip(axes, sorted(known.items())):
         for tuner, seeds in sorted(tuners.items()):
             curves = curves_by_trial(seeds) / optima[workload]
-            _band(ax, np.arange(1, curves.shape[1] + 1), curves, tuner, names)
+            band(ax, np.arange(1, curves.shape[1] + 1), curves, tuner, names)
         ax.set_title(workload)
         ax.set_xlabel("evaluations")
         ax.set_ylabel("best found / optimum")
         ax.grid(alpha=0.3)
-    _legend(fig, axes)
+    legend(fig, axes)
     fig.tight_layout()
     path = out / "fraction_vs_trials.png"
-    _save(fig, path)
+    save(fig, path)
     return [path]
 
 

@@ -7,7 +7,7 @@ kernel's restrictions, each compiled and timed on real hardware. Read as a tunin
 * the search space has one parameter per tunable: ``discrete`` when all its values are
   numbers (the topology then follows their order), ``choice`` otherwise;
 * a configuration missing from the cache broke the kernel's restrictions: ``feasible`` says so,
-  and is what a tuner's ``constraint`` classArg names (``benchmarks.tuning_cache:feasible`` with
+  and is what a tuner's ``constraint`` classArg names (``nni_opevo_bench.tuning_cache:feasible`` with
   ``constraint_args: {cache: <path>}``), so restricted configurations never cost an evaluation,
   as Kernel Tuner's own strategies are told them;
 * a recorded failure (a string such as "InvalidConfig" where the time should be) is a failed
@@ -102,6 +102,6 @@ def load(path: str) -> TuningCache:
 
 
 def feasible(params: dict[str, Any], cache: str) -> bool:
-    """The constraint hook for a cache: ``constraint: benchmarks.tuning_cache:feasible`` with
+    """The constraint hook for a cache: ``constraint: nni_opevo_bench.tuning_cache:feasible`` with
     ``constraint_args: {cache: <path>}``."""
     return load(cache).feasible(params)

@@ -10,31 +10,30 @@
     nni-opevo register
     nni-opevo docs
 
-Each subcommand takes the options of the module it runs (``nni-opevo launch --help``).
+Each subcommand takes the options of the module it runs (``nni-opevo launch --help``). Packages
+above this one (the benchmark harness) add theirs through the ``nni_opevo.commands`` entry point:
+a table like ``COMMANDS`` below.
 """
 from __future__ import annotations
 
 import importlib
 import sys
+from importlib.metadata import entry_points
 
 COMMANDS = {
-    "launch": ("trial_code.launch", "run an experiment to the end and show the best kernel (the main command)"),
-    "export": ("trial_code.export", "re-measure an experiment's top kernels and write the best one's source"),
+    "launch": ("nni_opevo_tools.launch", "run an experiment to the end and show the best kernel (the main command)"),
+    "export": ("nni_opevo_tools.export", "re-measure an experiment's top kernels and write the best one's source"),
     "trial": ("trial_code.trial", "evaluate one configuration (the NNI trial; --params runs it without NNI)"),
-    "spaces": ("trial_code.make_spaces", "write search spaces and experiment configs"),
-    "benchmark": ("benchmarks.__main__", "compare tuners and draw the figures and tables"),
-    "profile": ("benchmarks.network_profile", "time a network benchmark's final kernels alone and in the built network"),
-    "overhead": ("benchmarks.overhead", "time and memory of each tuner's calls against history size"),
+    "spaces": ("nni_opevo_tools.make_spaces", "write search spaces and experiment configs"),
     "register": ("nni_opevo.register", "register the tuners with nnictl (tuner: {name: OpEvo})"),
-    "docs": ("trial_code.console", "regenerate the classArgs tables of docs/tuners.md from the tuners"),
+    "docs": ("nni_opevo_tools.console", "regenerate the classArgs tables of docs/tuners.md from the tuners"),
 }
 
 
 def docs(argv: list[str]) -> int:
     """``nni-opevo docs [FILE ...]``: the classArgs tables (default: the checkout's docs/tuners.md)."""
     from nni_opevo.tables import rewrite_file
-
-    from . import REPO_ROOT
+    from trial_code import REPO_ROOT
 
     if argv and argv[0] in ("-h", "--help"):
         print("usage: nni-opevo docs [FILE ...]\n\nRegenerate the <!-- classArgs of <Tuner> --> tables of each "
@@ -50,9 +49,18 @@ def docs(argv: list[str]) -> int:
     return 0
 
 
+def commands() -> dict[str, tuple[str, str]]:
+    """This package's commands and those the installed packages above it add."""
+    out = dict(COMMANDS)
+    for point in entry_points(group="nni_opevo.commands"):
+        out.update(point.load())
+    return out
+
+
 def usage() -> str:
-    width = max(map(len, COMMANDS))
-    lines = [f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items()]
+    known = commands()
+    width = max(map(len, known))
+    lines = [f"  {name:<{width}}  {what}" for name, (_, what) in known.items()]
     return "usage: nni-opevo COMMAND [options]\n\ncommands:\n" + "\n".join(lines) + "\n"
 
 
@@ -62,12 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         print(usage(), end="")
         return 0
     name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
+    known = commands()
+    if name not in known:
         print(f"nni-opevo: unknown command {name!r}\n\n{usage()}", end="", file=sys.stderr)
         return 2
     if name == "docs":
         return docs(rest)
-    module = importlib.import_module(COMMANDS[name][0])
+    module = importlib.import_module(known[name][0])
     sys.argv = [f"nni-opevo {name}", *rest]  # so the subcommand's --help names itself
     return module.main(rest) or 0
 

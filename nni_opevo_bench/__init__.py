@@ -9,5 +9,5 @@
 * ``report``: the paper's figures and tables from that CSV;
 * ``overhead``: the tuners' own time and memory per trial against history size.
 
-``python -m benchmarks --help`` (or ``nni-opevo benchmark``) runs a comparison.
+``python -m nni_opevo_bench --help`` (or ``nni-opevo benchmark``) runs a comparison.
 """

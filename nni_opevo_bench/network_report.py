@@ -23,6 +23,8 @@ import numpy as np
 from trial_code import networks
 from trial_code.templates import for_workload
 
+from .figures import band, legend, panels, sample_std, save
+
 DEFAULTS = "defaults.json"
 
 
@@ -64,7 +66,6 @@ def _curves(seeds: dict[str, list[dict[str, str]]], network: str, defaults: dict
 
 def table(runs: dict[str, dict[str, dict[str, list[dict[str, str]]]]], defaults: dict[str, dict],
           whole: dict[tuple[str, str, str, str], dict[str, str]] | None = None, target: str = "") -> str:
-    from .report import sample_std
 
     lines = []
     for network, tuners in sorted(runs.items()):
@@ -93,7 +94,6 @@ def _whole_network(network: str, tuners: dict[str, dict[str, list[dict[str, str]
                    target: str) -> list[str]:
     """The table of each run's sum after its last trial against its whole network built and timed."""
     from .network_end_to_end import DEFAULT
-    from .report import sample_std
 
     measured = {k: r for k, r in whole.items() if k[0] == network and k[1] == target}
     if not measured:
@@ -136,17 +136,16 @@ def _whole_network(network: str, tuners: dict[str, dict[str, list[dict[str, str]
 
 def plot(runs: dict[str, dict[str, dict[str, list[dict[str, str]]]]], defaults: dict[str, dict], out: Path
          ) -> list[Path]:
-    from .report import _band, _legend, _panels, _save
 
     written = []
     for axis in ("trials", "time"):
-        fig, axes = _panels(len(runs))
+        fig, axes = panels(len(runs))
         names = sorted({tuner for tuners in runs.values() for tuner in tuners})
         for ax, (network, tuners) in zip(axes, sorted(runs.items())):
             for tuner, seeds in sorted(tuners.items()):
                 curves = _curves(seeds, network, defaults[network])
                 if axis == "trials":
-                    _band(ax, np.arange(1, curves.shape[1] + 1), curves, tuner, names)
+                    band(ax, np.arange(1, curves.shape[1] + 1), curves, tuner, names)
                     continue
                 ends = [max(float(r["finished_s"]) for r in rows) for rows in seeds.values()]
                 grid = np.linspace(0, max(ends), 200)
@@ -157,16 +156,16 @@ def plot(runs: dict[str, dict[str, dict[str, list[dict[str, str]]]]], defaults: 
                     ordered = np.minimum.accumulate(curve[: len(rows)][order])
                     at = np.searchsorted(finished[order], grid, side="right") - 1
                     at_time.append(np.where(at >= 0, ordered[np.clip(at, 0, None)], np.inf))
-                _band(ax, grid, np.array(at_time), tuner, names)
+                band(ax, grid, np.array(at_time), tuner, names)
             ax.set_yscale("log")
             ax.set_title(network)
             ax.set_xlabel("total trials" if axis == "trials" else "wall-clock seconds")
             ax.set_ylabel("network latency, ms (sum over layers)")
             ax.grid(alpha=0.3)
-        _legend(fig, axes)
+        legend(fig, axes)
         fig.tight_layout()
         path = out / f"network_vs_{axis}.png"
-        _save(fig, path)
+        save(fig, path)
         written.append(path)
     return written
 

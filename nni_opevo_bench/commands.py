@@ -1,0 +1,10 @@
+"""The harness's subcommands of ``nni-opevo``. The command line lives a layer below the harness,
+so it cannot import it: it finds this table through the ``nni_opevo.commands`` entry point
+(setup.py) instead. Each: name -> (module whose ``main(argv)`` runs it, what it does)."""
+
+COMMANDS = {
+    "benchmark": ("nni_opevo_bench.__main__", "compare tuners and draw the figures and tables"),
+    "profile": ("nni_opevo_bench.network_profile", "time a network run's final kernels alone and in the built network"),
+    "overhead": ("nni_opevo_bench.overhead", "time and memory of each tuner's calls against history size"),
+    "fingerprint": ("nni_opevo_bench.fingerprint", "record or check the hash of every tuner's proposals"),
+}

@@ -1,0 +1,41 @@
+"""Rebuild and re-time an experiment's top configurations, and pick the winner: the steps
+``export`` takes for one workload and ``network_export`` for each layer of a network. A trial
+times a kernel briefly, so close configurations swap places by noise; re-measuring them one at
+a time with more repetitions settles the ranking."""
+from __future__ import annotations
+
+import os
+
+from trial_code.evaluate import Limits, Result, evaluate
+from trial_code.status import Status
+from trial_code.targets import Target
+from trial_code.workloads import Workload
+
+from .experiment_client import Trial
+
+
+def remeasure(trials: list[Trial], workload: Workload, target: Target, limits: Limits, measured: bool,
+              kernels: str) -> list[tuple[Trial, Result, str]]:
+    """Rebuild (and with ``measured``, re-time) each configuration, writing its source under ``kernels``."""
+    extension = "cu" if target.kind == "cuda" else "ll"
+    os.makedirs(kernels, exist_ok=True)
+    out = []
+    for rank, trial in enumerate(trials, 1):
+        source = os.path.join(kernels, f"p{trial.parameter_id}.{extension}")
+        result = evaluate(workload, trial.parameters, target, limits, build_only=not measured, source_path=source)
+        spread = (f", {min(result.repeats_ms):.4f}-{max(result.repeats_ms):.4f} ms over {len(result.repeats_ms)}"
+                  if result.repeats_ms else "")
+        print(f"  {rank}/{len(trials)} parameter {trial.parameter_id}: reported {trial.value:.4f} TFLOPS, "
+              f"now {result.status.name} {result.tflops:.4f} TFLOPS{spread}", flush=True)
+        out.append((trial, result, source))
+    return out
+
+
+
+def best_of(rows: list[tuple[Trial, Result, str]], measured: bool) -> tuple[Trial, Result, str]:
+    """The winner: by re-measured TFLOPS where re-measured, else the best reported that still builds."""
+    built = [row for row in rows if row[1].status is Status.NO_ERROR]
+    if not built:
+        raise SystemExit("none of the top configurations builds here any more: " +
+                         "; ".join(f"parameter {t.parameter_id}: {r.status.name} {r.error}" for t, r, _ in rows))
+    return max(built, key=lambda row: row[1].tflops) if measured else built[0]
