@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import registry
-from .parameters import SpaceError
-from .search_space import SearchSpace
+from .space.parameters import SpaceError
+from .space.search_space import SearchSpace
 
 __all__ = [*registry.exports(), "SearchSpace", "SpaceError"]
 

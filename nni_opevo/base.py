@@ -42,9 +42,9 @@ from . import constraint, fatal
 from .class_args import SearchArgs, document
 from .fitness import Fitness
 from .journal import Journal
-from .operators import nearest_usable
 from .population import Population
-from .search_space import Config, ConfigKey, SearchSpace
+from .space.search_space import Config, ConfigKey, SearchSpace
+from .space.steps import nearest_usable
 
 _logger = logging.getLogger(__name__)
 

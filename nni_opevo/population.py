@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .fitness import Fitness, objective
-from .search_space import Config, ConfigKey, SearchSpace
+from .space.search_space import Config, ConfigKey, SearchSpace
 
 _logger = logging.getLogger(__name__)
 

@@ -51,15 +51,17 @@ class Registered:
 
 
 TUNERS: tuple[Registered, ...] = (
-    Registered("OpEvo", "nni_opevo.opevo:OpEvoTuner", "OpEvo (Gao et al. 2021), screened by a surrogate or as published"),
-    Registered("GBFS", "nni_opevo.gbfs:GBFSTuner", "G-BFS, greedy best-first search over the topology (Zhang et al. 2019)"),
-    Registered("NA2C", "nni_opevo.na2c:NA2CTuner", "N-A2C, an advantage actor-critic walking the topology"),
-    Registered("AutoTVM", "nni_opevo.autotvm:AutoTVMTuner", "AutoTVM's XGBoost cost model and simulated annealing",
+    Registered("OpEvo", "nni_opevo.opevo.tuner:OpEvoTuner",
+               "OpEvo (Gao et al. 2021), screened by a surrogate or as published"),
+    Registered("GBFS", "nni_opevo.peers.gbfs:GBFSTuner",
+               "G-BFS, greedy best-first search over the topology (Zhang et al. 2019)"),
+    Registered("NA2C", "nni_opevo.peers.na2c:NA2CTuner", "N-A2C, an advantage actor-critic walking the topology"),
+    Registered("AutoTVM", "nni_opevo.peers.autotvm:AutoTVMTuner", "AutoTVM's XGBoost cost model and simulated annealing",
                extra="xgboost"),
-    Registered("NoSE", "nni_opevo.nose:NoSETuner", "NoSE, evolution screened by a k-NN surrogate (Gatopoulos et al.)"),
-    Registered("ChoiceView", "nni_opevo.choice_view:ChoiceViewTuner",
+    Registered("NoSE", "nni_opevo.peers.nose:NoSETuner", "NoSE, evolution screened by a k-NN surrogate (Gatopoulos et al.)"),
+    Registered("ChoiceView", "nni_opevo.peers.choice_view:ChoiceViewTuner",
                "NNI's built-in tuners (TPE, Random, ...) on spaces with factor, perm and discrete", layer=False),
-    Registered("Network", "nni_opevo.network:NetworkTuner",
+    Registered("Network", "nni_opevo.network.tuner:NetworkTuner",
                "every layer of a network in one experiment, one tuner per layer", layer=False),
 )
 BY_NAME = {t.name: t for t in TUNERS}

@@ -16,7 +16,7 @@ import yaml
 from nni import NoMoreTrialError
 
 from nni_opevo import NetworkTuner, SpaceError
-from nni_opevo.allocation import Gradient, RoundRobin
+from nni_opevo.network.allocation import Gradient, RoundRobin
 from trial_code import constraint, networks, targets, workloads
 from trial_code.evaluate import Limits, evaluate
 from trial_code.status import Status

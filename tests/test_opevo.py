@@ -11,9 +11,9 @@ from stats import ALPHA, binomial_tail, sign_test
 
 from nni_opevo import OpEvoClassArgsValidator, OpEvoTuner, testing
 from nni_opevo.fitness import Fitness, objective
-from nni_opevo.operators import Parents, breed
-from nni_opevo.parameters import FactorParameter
-from nni_opevo.search_space import SearchSpace
+from nni_opevo.opevo.operators import Parents, breed
+from nni_opevo.space.parameters import FactorParameter
+from nni_opevo.space.search_space import SearchSpace
 from nni_opevo_bench.synthetic import tiled_matmul
 
 # Deterministic runs: the simulated clock ignores the tuners' real time, which varies with
@@ -409,8 +409,8 @@ def test_screened_proposes_the_candidate_the_surrogate_expects_most_of():
 
 
 def test_screened_walk_steps_to_the_double_and_half_of_a_size():
-    from nni_opevo.operators import scaled_step, topology_step
-    from nni_opevo.parameters import DiscreteParameter
+    from nni_opevo.opevo.operators import scaled_step, topology_step
+    from nni_opevo.space.parameters import DiscreteParameter
 
     sizes = DiscreteParameter("block", list(range(16, 257, 16)))
     at_128 = sizes.values.index(128)

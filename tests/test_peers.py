@@ -24,13 +24,13 @@ from nni_opevo import (
     catalog,
     testing,
 )
-from nni_opevo.actor_critic import ActorCritic
-from nni_opevo.cost_model import XGBoostCostModel, average_recall
-from nni_opevo.diversity import diverse_batch
 from nni_opevo.fitness import Fitness
-from nni_opevo.knn import KnnSurrogate
+from nni_opevo.peers.actor_critic import ActorCritic
+from nni_opevo.peers.cost_model import XGBoostCostModel, average_recall
+from nni_opevo.peers.diversity import diverse_batch
+from nni_opevo.peers.knn import KnnSurrogate
 from nni_opevo.population import Population
-from nni_opevo.search_space import SearchSpace
+from nni_opevo.space.search_space import SearchSpace
 from nni_opevo_bench.synthetic import tiled_matmul
 
 # Deterministic runs: the simulated clock ignores the tuners' real time, which varies with

@@ -3,8 +3,8 @@ S = (1 - q) (I - Q)^-1 p0, with Q[v, u] = q / |S(u)| for every neighbour v of u.
 import numpy as np
 import pytest
 
-from nni_opevo.operators import q_random_walk
-from nni_opevo.parameters import DiscreteParameter, FactorParameter, PermParameter
+from nni_opevo.opevo.operators import q_random_walk
+from nni_opevo.space.parameters import DiscreteParameter, FactorParameter, PermParameter
 
 DRAWS = 200_000
 

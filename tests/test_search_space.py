@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from nni.algorithms.hpo.random_tuner import RandomTuner
 
 from nni_opevo import OpEvoTuner, SearchSpace, SpaceError
-from nni_opevo.operators import breed
+from nni_opevo.opevo.operators import breed
 
 MALFORMED = [
     ({"x": {"_type": "gaussian", "_value": [1]}}, "x", "unknown _type 'gaussian'"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nni_opevo import surrogate
-from nni_opevo.parameters import DiscreteParameter
-from nni_opevo.surrogate import RELEVANCE_LIMIT, Surrogate, per_atom, weighted_distance
+from nni_opevo.opevo import surrogate
+from nni_opevo.opevo.surrogate import RELEVANCE_LIMIT, Surrogate, per_atom, weighted_distance
+from nni_opevo.space.parameters import DiscreteParameter
 
 
 def knob_landscape(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

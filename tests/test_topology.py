@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from nni_opevo.parameters import (
+from nni_opevo.space.parameters import (
     ChoiceParameter,
     DiscreteParameter,
     FactorParameter,
@@ -149,7 +149,7 @@ def test_fixed_moves_reach_exactly_the_neighbours(param):
 
 
 def test_search_space_moves_handle_nested_choices_and_continuous_steps():
-    from nni_opevo.search_space import SearchSpace
+    from nni_opevo.space.search_space import SearchSpace
 
     space = SearchSpace({
         "u": {"_type": "uniform", "_value": [0, 10]},
@@ -174,7 +174,7 @@ def test_diagonal_neighbours_double_one_size_and_halve_another():
     values: the product of the two stays (a 4 x 2 tile steps to 2 x 4 and 8 x 1). Zero,
     fractions, a missing double or half, and other parameter types take no part; past
     ``limit`` the steps are drawn at random, distinct."""
-    from nni_opevo.search_space import SearchSpace
+    from nni_opevo.space.search_space import SearchSpace
 
     space = SearchSpace({"tx": {"_type": "discrete", "_value": [1, 2, 3, 4, 8]},
                          "ty": {"_type": "discrete", "_value": [1, 2, 3, 4]},

@@ -39,7 +39,7 @@ def feasible(params: dict[str, Any], workload: str | None = None, target: str = 
              layer: str | None = None) -> bool:
     """Whether ``params`` pass the template's static checks for the workload on the target.
 
-    For a network (the network tuner, ``nni_opevo.network``), ``network`` is set in ``constraint_args`` and
+    For a network (the network tuner, ``nni_opevo.network.tuner``), ``network`` is set in ``constraint_args`` and
     the tuner adds each layer's ``layer``: the layer's workload is the one checked.
 
     Parameters that are not of the workload's space at all raise ValueError rather than return

@@ -23,7 +23,7 @@ from typing import Any
 from .workloads import NAMED, Workload, make
 
 KEY = "layer"
-"""The search-space parameter whose options are a network's layers (``nni_opevo.network``)."""
+"""The search-space parameter whose options are a network's layers (``nni_opevo.network.tuner``)."""
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from .base import PopulationTuner
-from .class_args import SearchArgs, arg, positive_int
-from .search_space import Config, ConfigKey
+from ..base import PopulationTuner
+from ..class_args import SearchArgs, arg, positive_int
+from ..space.search_space import Config, ConfigKey
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,12 @@ from nni import NoMoreTrialError
 from nni.tools.package_utils import tuner_factory
 from nni.tuner import Tuner
 
-from . import fatal
-from .base import PROPOSALS_PER_TRIAL, RANDOM_DRAWS, REPORT_EVERY, parse_records
-from .class_args import ConstraintArgs, arg, document, fail, mapping, positive_int
-from .constraint import load
-from .parameters import ChoiceParameter, DiscreteParameter, FactorParameter, Parameter, PermParameter, SpaceError
-from .search_space import SearchSpace
+from .. import fatal
+from ..base import PROPOSALS_PER_TRIAL, RANDOM_DRAWS, REPORT_EVERY, parse_records
+from ..class_args import ConstraintArgs, arg, document, fail, mapping, positive_int
+from ..constraint import load
+from ..space.parameters import ChoiceParameter, DiscreteParameter, FactorParameter, Parameter, PermParameter, SpaceError
+from ..space.search_space import SearchSpace
 
 _logger = logging.getLogger(__name__)
 

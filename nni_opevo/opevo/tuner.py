@@ -65,12 +65,13 @@ from typing import Any
 
 import numpy as np
 
-from .base import PopulationTuner
-from .class_args import SearchArgs, arg, one_of, open_unit, positive_int, unit
-from .fitness import Fitness
-from .operators import Parents, Step, breed, nudge, scaled_step, topology_step
-from .population import Population
-from .search_space import Config, ConfigKey
+from ..base import PopulationTuner
+from ..class_args import SearchArgs, arg, one_of, open_unit, positive_int, unit
+from ..fitness import Fitness
+from ..population import Population
+from ..space.search_space import Config, ConfigKey
+from ..space.steps import nudge
+from .operators import Parents, Step, breed, scaled_step, topology_step
 from .surrogate import Surrogate, TrainingSet
 
 _logger = logging.getLogger(__name__)

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from .base import PopulationTuner
-from .class_args import SearchArgs, arg, positive_int, positive_real, unit
+from ..base import PopulationTuner
+from ..class_args import SearchArgs, arg, positive_int, positive_real, unit
+from ..space.search_space import Config, ConfigKey
+from ..space.steps import redraw
 from .knn import KnnSurrogate
-from .operators import redraw
-from .search_space import Config, ConfigKey
 
 BREED_ATTEMPTS = 4
 """Children bred per wanted child at most, to find M unsampled ones late in a search."""

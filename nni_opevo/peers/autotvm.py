@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from ..base import PopulationTuner
+from ..class_args import SearchArgs, arg, at_least, one_of, positive_int, unit
+from ..space.search_space import Config, ConfigKey
 from .annealing import Annealer
-from .base import PopulationTuner
-from .class_args import SearchArgs, arg, at_least, one_of, positive_int, unit
 from .cost_model import OBJECTIVES, XGBoostCostModel, import_xgboost
 from .diversity import diverse_batch
-from .search_space import Config, ConfigKey
 
 _logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .operators import redraw_one
-from .search_space import Config, ConfigKey, SearchSpace
+from ..space.search_space import Config, ConfigKey, SearchSpace
+from ..space.steps import redraw_one
 
 Score = Callable[[list[Config]], np.ndarray]
 

@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from ..base import PopulationTuner
+from ..class_args import SearchArgs, arg, open_unit, positive_int, unit
+from ..space.parameters import SpaceError
+from ..space.search_space import Config, ConfigKey, SearchSpace
 from .actor_critic import ActorCritic
-from .base import PopulationTuner
-from .class_args import SearchArgs, arg, open_unit, positive_int, unit
-from .parameters import SpaceError
-from .search_space import Config, ConfigKey, SearchSpace
 
 STEPS_PER_PROPOSAL = 64
 """Moves tried for one proposal before handing over to ``base``'s nearest unsampled configuration."""

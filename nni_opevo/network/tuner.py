@@ -36,12 +36,13 @@ import numpy as np
 from nni import NoMoreTrialError
 from nni.tuner import Tuner
 
-from . import allocation, fatal, registry
-from .base import PopulationTuner, parse_records
-from .class_args import SearchArgs, arg, document, fail, flag, mapping, one_of
-from .fitness import objective
-from .journal import Journal
-from .parameters import SpaceError
+from .. import fatal, registry
+from ..base import PopulationTuner, parse_records
+from ..class_args import SearchArgs, arg, document, fail, flag, mapping, one_of
+from ..fitness import objective
+from ..journal import Journal
+from ..space.parameters import SpaceError
+from . import allocation
 
 _logger = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from .population import Population
-from .search_space import Config, ConfigKey
+from ..population import Population
+from ..space.search_space import Config, ConfigKey
 
 
 class KnnSurrogate:

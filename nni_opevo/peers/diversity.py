@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .search_space import Config
+from ..space.search_space import Config
 
 
 def diverse_batch(pool: list[Config], scores: np.ndarray, n: int, alpha: float) -> list[int]:
