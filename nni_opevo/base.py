@@ -31,7 +31,7 @@ import json
 import logging
 import math
 from abc import abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -109,10 +109,15 @@ class PopulationTuner(Tuner):
     def _rebuild(self) -> None:
         """The population was replaced (new search space): rebuild the algorithm's state from it."""
 
+    def kinship(self) -> Hashable | None:
+        """What this tuner's measurements stand for, where a model of its can pool them with other
+        tuners' of the same kinship (a network's layers of one template; ``learn_from``); None for
+        a tuner that tunes alone."""
+        return None
+
     def learn_from(self, kin: list[PopulationTuner]) -> None:
-        """Tuners over spaces of the same ``SearchSpace.meaning`` (a network's layers of one
-        template) whose measurements this one may learn from as they arrive. Only a tuner with
-        a model that can pool them uses it (OpEvo's surrogate); the others tune alone."""
+        """Tuners of the same ``kinship`` whose measurements this one may learn from as they
+        arrive (their populations, ``population``, and whatever their ``kinship`` exposes)."""
 
     # ------------------------------------------------------------------ NNI interface
 

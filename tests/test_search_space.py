@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from nni.algorithms.hpo.random_tuner import RandomTuner
 
 from nni_opevo import OpEvoTuner, SearchSpace, SpaceError
+from nni_opevo.opevo.atoms import Atoms
 from nni_opevo.opevo.operators import breed
 
 MALFORMED = [
@@ -149,7 +150,7 @@ def test_trial_values_round_trip():
 
 
 def test_a_configuration_carries_over_to_another_extent_by_its_tiles_shares():
-    """``project``, how a network's layer tries its kin's kernels: a value this space has is
+    """``Atoms.project``, how a network's layer tries its kin's kernels: a value this space has is
     kept, a factor's tiles become the same log2-shares of this extent (nearest), and a
     parameter with too many values to compare gives None."""
     def layer(rows, channels, big=2):
@@ -161,12 +162,12 @@ def test_a_configuration_carries_over_to_another_extent_by_its_tiles_shares():
              ({"y": [3, 9], "f": [384, 1, 1]}, {"y": [1, 13], "f": [256, 1, 1]})]
     for theirs, mine in cases:
         rest = {"o": [2, 0, 1], "u": 256, "big": [1, 2, 1, 1]}
-        projected = narrow.project(wide.from_trial({**theirs, **rest}), wide)
+        projected = Atoms(narrow).project(wide.from_trial({**theirs, **rest}), Atoms(wide))
         assert narrow.to_trial(projected) == {**mine, **rest}
     huge = layer(27, 384, 2**40)
     config = huge.from_trial({"y": [27, 1], "f": [2, 3, 64], "o": [0, 1, 2], "u": 0, "big": [2**40, 1, 1, 1]})
-    assert huge.project(config, huge) == config  # every value kept: nothing to compare
-    assert layer(13, 256, 2**39).project(config, huge) is None  # 11,480 tilings of 2**39 to compare
+    assert Atoms(huge).project(config, Atoms(huge)) == config  # every value kept: nothing to compare
+    assert Atoms(layer(13, 256, 2**39)).project(config, Atoms(huge)) is None  # 11,480 tilings of 2**39 to compare
 
 
 def test_space_size_counts_nested_options():

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from nni_opevo.opevo import surrogate
+from nni_opevo.opevo.atoms import encoder, powers_of_two
 from nni_opevo.opevo.surrogate import RELEVANCE_LIMIT, Surrogate, per_atom, weighted_distance
 from nni_opevo.space.parameters import DiscreteParameter
 
@@ -62,21 +63,21 @@ def test_wide_rows_keep_one_length_and_bounded_blocks(monkeypatch):
 
 def test_a_discrete_set_is_one_category_and_one_log_scaled_position():
     sizes = DiscreteParameter("block", [128, 16, 64, 32])
-    assert sizes.ordinal == (False, True)
-    assert np.allclose([sizes.atoms(k) for k in range(4)], [(0, 0.0), (1, 1 / 3), (2, 2 / 3), (3, 1.0)])
+    assert encoder(sizes).ordinal == (False, True)
+    assert np.allclose([encoder(sizes).encode(k) for k in range(4)], [(0, 0.0), (1, 1 / 3), (2, 2 / 3), (3, 1.0)])
     signed = DiscreteParameter("offset", [-2, 0, 5])
-    assert [signed.atoms(k)[1] for k in range(3)] == pytest.approx([0.0, 0.5, 1.0])  # by rank
-    assert DiscreteParameter("one", [7]).atoms(0) == (0.0, 0.0)
+    assert [encoder(signed).encode(k)[1] for k in range(3)] == pytest.approx([0.0, 0.5, 1.0])  # by rank
+    assert encoder(DiscreteParameter("one", [7])).encode(0) == (0.0, 0.0)
 
 
 def test_a_set_mixing_powers_of_two_with_other_sizes_also_says_which_is_which():
     blocks = DiscreteParameter("block", [16, 32, 48, 64, 80])
-    assert blocks.ordinal == (False, True, False)
-    assert [blocks.atoms(k)[2] for k in range(5)] == [1.0, 1.0, 0.0, 1.0, 0.0]
-    assert blocks.atoms(2)[:2] == (2.0, pytest.approx(np.log2(3) / np.log2(5)))
+    assert encoder(blocks).ordinal == (False, True, False)
+    assert [encoder(blocks).encode(k)[2] for k in range(5)] == [1.0, 1.0, 0.0, 1.0, 0.0]
+    assert encoder(blocks).encode(2)[:2] == (2.0, pytest.approx(np.log2(3) / np.log2(5)))
     # Nothing to tell apart, or not sizes: the two atoms only.
     for values in ([16, 32, 64], [3, 5, 6], [0, 125, 256], [0.5, 1, 3], [7]):
-        assert DiscreteParameter("other", values).ordinal == (False, True)
+        assert encoder(DiscreteParameter("other", values)).ordinal == (False, True)
 
 
 def test_the_power_of_two_atom_carries_a_slow_size_to_the_unseen_ones():
@@ -87,11 +88,11 @@ def test_the_power_of_two_atom_carries_a_slow_size_to_the_unseen_ones():
     blocks = DiscreteParameter("block", list(range(16, 257, 16)))
     measured = [0, 1, 2, 4, 5, 8, 10]  # 16, 32, 48, 80, 96, 144, 176
     rng = np.random.default_rng(0)
-    atoms = np.array([blocks.atoms(k) for k in measured for _ in range(3)])
-    fitness = np.array([10.0 if blocks.powers_of_two[k] else 1.0 for k in measured for _ in range(3)])
-    model = Surrogate(128, np.array(blocks.ordinal))
+    atoms = np.array([encoder(blocks).encode(k) for k in measured for _ in range(3)])
+    fitness = np.array([10.0 if powers_of_two(blocks.values)[k] else 1.0 for k in measured for _ in range(3)])
+    model = Surrogate(128, np.array(encoder(blocks).ordinal))
     model.fit(atoms, fitness * rng.lognormal(0.0, 0.02, len(fitness)))
-    unseen = np.array([blocks.atoms(k) for k in (3, 6, 7, 11)])  # 64, 112, 128, 192
+    unseen = np.array([encoder(blocks).encode(k) for k in (3, 6, 7, 11)])  # 64, 112, 128, 192
     mean, _ = model.predict(unseen)
     assert min(mean[0], mean[2]) > max(mean[1], mean[3])
     assert model.relevance is not None and model.relevance[2] > model.relevance[0]

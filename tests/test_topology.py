@@ -149,6 +149,7 @@ def test_fixed_moves_reach_exactly_the_neighbours(param):
 
 
 def test_search_space_moves_handle_nested_choices_and_continuous_steps():
+    from nni_opevo.peers.features import Features
     from nni_opevo.space.search_space import SearchSpace
 
     space = SearchSpace({
@@ -166,7 +167,8 @@ def test_search_space_moves_handle_nested_choices_and_continuous_steps():
     assert all(space.contains(m) for m in reached)
     back = space.apply_move(switched[0], (("c",), 0), rng)
     assert back == {("u",): 0.0, ("c",): 0}  # the sub-parameter leaves with its option
-    assert space.features(back).tolist() == [0.0, 1.0, 0.0] and space.features(switched[0])[1] == 2.0
+    features = Features(space)  # the peers' encoding: zeros where a parameter is inactive
+    assert features(back).tolist() == [0.0, 1.0, 0.0] and features(switched[0])[1] == 2.0
 
 
 def test_diagonal_neighbours_double_one_size_and_halve_another():
@@ -183,13 +185,13 @@ def test_diagonal_neighbours_double_one_size_and_halve_another():
                          "rate": {"_type": "discrete", "_value": [0.25, 0.5, 1.0]},
                          "vec": {"_type": "choice", "_value": [1, 2, 4]}})
     config = space.from_trial({"tx": 4, "ty": 2, "unroll": 0, "block": 64, "rate": 1.0, "vec": 2})
-    steps = [space.to_trial(c) for c in space.diagonal_neighbours(config, np.random.default_rng(0), 100)]
+    steps = [space.to_trial(c) for c in space.neighbours(config, kind="diagonal", rng=np.random.default_rng(0), limit=100)]
     assert sorted((s["tx"], s["ty"]) for s in steps) == [(2, 4), (8, 1)]
     assert all((s["unroll"], s["block"], s["rate"], s["vec"]) == (0, 64, 1.0, 2) for s in steps)
     grid = SearchSpace({f"s{i}": {"_type": "discrete", "_value": [1, 2, 4]} for i in range(10)})
     middle = grid.from_trial({f"s{i}": 2 for i in range(10)})
-    assert len(grid.diagonal_neighbours(middle, np.random.default_rng(0), 1000)) == 90
+    assert len(list(grid.neighbours(middle, kind="diagonal", rng=np.random.default_rng(0), limit=1000))) == 90
     for limit in (20, 50):  # drawn among all pairs, and among the listed ones
-        drawn = grid.diagonal_neighbours(middle, np.random.default_rng(0), limit)
+        drawn = list(grid.neighbours(middle, kind="diagonal", rng=np.random.default_rng(0), limit=limit))
         assert len({grid.identity(c) for c in drawn}) == limit
         assert all(sorted(grid.to_trial(c).values()) == [1] + [2] * 8 + [4] for c in drawn)

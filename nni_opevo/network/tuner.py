@@ -140,10 +140,13 @@ class NetworkTuner(Tuner):
             self._replay_journal()
 
     def _introduce_kin(self) -> None:
-        """Tell each layer's tuner which other layers' spaces mean the same (``transfer``)."""
+        """Tell each layer's tuner which other layers' measurements mean the same to it
+        (``transfer``: ``PopulationTuner.kinship`` and ``learn_from``)."""
         families: dict[Any, list[str]] = {}
         for name, tuner in self.layers.items():
-            families.setdefault(tuner.require_space()[0].meaning, []).append(name)
+            kinship = tuner.kinship()
+            if kinship is not None:
+                families.setdefault(kinship, []).append(name)
         for family in families.values():
             for name in family:
                 self.layers[name].learn_from([self.layers[k] for k in family if k != name])

@@ -3,7 +3,7 @@
 Both work parameter by parameter on the flat keyed configurations of ``search_space``. The
 walk steps to a uniformly drawn neighbour of the parameter's topology (paper, sec. 3);
 ``scaled_step`` is the step of OpEvo's default variant, which for a ``discrete`` set of numbers
-may also double or halve the value (``DiscreteParameter.scaled``).
+may also double or halve the value (``space.neighbourhoods.scaled``).
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..space import neighbourhoods
 from ..space.parameters import DiscreteParameter, Parameter, Value
 from ..space.search_space import Config, SearchSpace, Slot
 from ..space.steps import Step, topology_step
@@ -20,7 +21,7 @@ def scaled_step(param: Parameter, value: Value, rng: np.random.Generator) -> Val
     """``topology_step``, except that a ``discrete`` value may also step to its double or half
     (uniformly among the values just below and above and those)."""
     if isinstance(param, DiscreteParameter):
-        options = param.scaled_neighbours(value)
+        options = neighbourhoods.scaled(param, value)
         return options[int(rng.random() * len(options))] if options else None
     return param.random_neighbour(value, rng)
 

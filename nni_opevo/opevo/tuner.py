@@ -41,7 +41,7 @@ ways below, each measured in docs/tuners.md on brute-forced tuning spaces:
   memory off is slow", "a 3-wide tile is awful, so 4 is too"), while kernels interact: the
   best kernel of a space is often one such step from a plateau the surrogate keeps refining,
   and expected improvement then never proposes that step. The steps include diagonal ones,
-  one size doubled and another halved (``SearchSpace.diagonal_neighbours``): the hardware's
+  one size doubled and another halved (the ``diagonal`` neighbourhood of ``SearchSpace.neighbours``): the hardware's
   limits bind on products of sizes (threads per block, a tile's area), so fast kernels lie
   along ridges that no step in one size can follow.
 * **Kin.** Inside a network (the network tuner with ``transfer``), the surrogate also learns
@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +71,7 @@ from ..fitness import Fitness
 from ..population import Population
 from ..space.search_space import Config, ConfigKey
 from ..space.steps import nudge
+from .atoms import Atoms
 from .operators import Parents, Step, breed, scaled_step, topology_step
 from .surrogate import Surrogate, TrainingSet
 
@@ -174,11 +175,17 @@ class OpEvoTuner(PopulationTuner):
         self.epoch = Epoch(start=0)
         self.epochs = 1
         self.surrogate: Surrogate | None = None
+        self.atoms: Atoms | None = None
+        """How the surrogate sees this tuner's configurations (set with the search space)."""
         self.measured = TrainingSet()
         self.kin: list[OpEvoTuner] = []
         self.projected: dict[tuple[int, ConfigKey], Config | None] = {}
         """Kin's kernels carried into this space (``_migrants``), by (kin's place in ``kin``, its key)."""
         self.step: Step = scaled_step if self.args.variant == "screened" else topology_step
+
+    def kinship(self) -> Hashable | None:
+        """The meaning of this tuner's atoms: kin see configurations alike (``atoms``)."""
+        return self.atoms.meaning if self.atoms is not None else None
 
     def learn_from(self, kin: list[PopulationTuner]) -> None:
         """The screened variant's surrogate also trains on ``kin``'s measurements (``_training``)
@@ -192,19 +199,20 @@ class OpEvoTuner(PopulationTuner):
     def _ordinal(self) -> np.ndarray:
         """The surrogate's atom kinds: the space's, and with kin one categorical atom more, the
         tuner a measurement belongs to (``_training``)."""
-        space, _ = self.require_space()
-        return np.append(space.ordinal, False) if self.kin else space.ordinal
+        assert self.atoms is not None
+        return np.append(self.atoms.ordinal, False) if self.kin else self.atoms.ordinal
 
     def _atoms(self, config: Config) -> np.ndarray:
         """``config`` as the surrogate sees it: its atoms, and with kin this tuner's own code."""
-        space, _ = self.require_space()
-        atoms = space.atoms(config)
+        assert self.atoms is not None
+        atoms = self.atoms(config)
         return np.append(atoms, float(len(self.kin))) if self.kin else atoms
 
     # ------------------------------------------------------------------ base hooks
 
     def _rebuild(self) -> None:
         space, population = self.require_space()
+        self.atoms = Atoms(space)
         self.generation, self.epoch, self.epochs = None, Epoch(start=0), 1
         self.measured, self.projected = TrainingSet(), {}
         self.surrogate = Surrogate(SURROGATE_CAPACITY, self._ordinal())
@@ -217,7 +225,8 @@ class OpEvoTuner(PopulationTuner):
         record = population.records[key]
         if record.rejected:
             return  # refusals cost no trial: the surrogate learns from measurements only
-        self.measured.put(key, space.atoms(record.config), record.objective)
+        assert self.atoms is not None
+        self.measured.put(key, self.atoms(record.config), record.objective)
         score = population.fitness.score(record.objective)
         if score > self.epoch.best and self.measured.index(key) >= self.epoch.start:
             self.epoch.best, self.epoch.best_at = score, len(self.measured)
@@ -340,7 +349,7 @@ class OpEvoTuner(PopulationTuner):
         single steps drawn at random."""
         space, _ = self.require_space()
         limit = RING_FACTOR * self.args.screen
-        ring = list(itertools.islice(space.neighbours(best, scaled=True), limit + 1))
+        ring = list(itertools.islice(space.neighbours(best, kind="scaled"), limit + 1))
         if len(ring) <= limit:
             return ring
         return [nudge(space, best, self.rng, self.step) for _ in range(self.args.screen)]
@@ -353,34 +362,34 @@ class OpEvoTuner(PopulationTuner):
 
     def _local_step(self, best: Config) -> Config | None:
         """The unmeasured, feasible neighbour of the epoch's best (``_ring``, and its diagonal
-        neighbours: ``SearchSpace.diagonal_neighbours``) of the largest posterior standard
+        neighbours: the ``diagonal`` neighbourhood of ``SearchSpace.neighbours``) of the largest posterior standard
         deviation; None when every one is measured or in flight. Not the
         expected improvement, whose ranking is what leaves such steps unmeasured: the step the
         surrogate knows least about is the one that teaches it most (and when a knob it has
         found relevant flips, the one farthest from what it has seen). A step drawn uniformly
         instead did better on one brute-forced space and worse on two (docs/tuners.md)."""
         space, _ = self.require_space()
-        diagonals = space.diagonal_neighbours(best, self.rng, RING_FACTOR * self.args.screen)
+        diagonals = space.neighbours(best, kind="diagonal", rng=self.rng, limit=RING_FACTOR * self.args.screen)
         ring = self.fresh([*self._ring(best), *diagonals], learn=False)
         return self._most_promising(ring, by=lambda model, atoms: model.predict(atoms)[1]) if ring else None
 
     def _migrants(self) -> list[Config]:
         """The ``migrants`` best measured kernels of each kin, carried into this space
-        (``SearchSpace.project``). A layer past its random start breeds near its own parents, so
+        (``Atoms.project``). A layer past its random start breeds near its own parents, so
         a kernel that one layer of a template found would reach the others only by chance;
         screened beside their children, it is tried where the surrogate, which has learned from
         both layers, expects it to pay (the island model's migration; docs/tuners.md has the
         evidence)."""
-        space, _ = self.require_space()
+        assert self.atoms is not None
         out = []
         for place, kin in enumerate(self.kin):
-            if kin.space is None or kin.population is None:
+            if kin.atoms is None or kin.population is None:
                 continue
             for key in itertools.islice(kin.population.evaluated(), self.args.migrants):
                 if kin.population.weight(key) <= 0:
                     break
                 if (place, key) not in self.projected:
-                    self.projected[place, key] = space.project(kin.population.records[key].config, kin.space)
+                    self.projected[place, key] = self.atoms.project(kin.population.records[key].config, kin.atoms)
                 migrant = self.projected[place, key]
                 if migrant is not None:
                     out.append(migrant)

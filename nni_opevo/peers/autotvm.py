@@ -30,6 +30,7 @@ from ..space.search_space import Config, ConfigKey
 from .annealing import Annealer
 from .cost_model import OBJECTIVES, XGBoostCostModel, import_xgboost
 from .diversity import diverse_batch
+from .features import Features
 
 _logger = logging.getLogger(__name__)
 
@@ -69,9 +70,11 @@ class AutoTVMTuner(PopulationTuner):
         self._plan_pt = 0
         self._fits = 0
         self._features: dict[ConfigKey, np.ndarray] = {}
+        self.features: Features | None = None
 
     def _rebuild(self) -> None:
         space, _ = self.require_space()
+        self.features = Features(space)
         self.annealer = Annealer(space, self.args.sa_chains, self.args.sa_steps, self.args.sa_early_stop, self.rng)
         self.plan, self._plan_pt, self._fits, self._features = [], 0, 0, {}
 
@@ -93,16 +96,17 @@ class AutoTVMTuner(PopulationTuner):
     # ------------------------------------------------------------------ model and plan
 
     def _replan(self, keys: list[ConfigKey], y: np.ndarray) -> None:
-        space, population = self.require_space()
-        assert self.annealer is not None
+        _, population = self.require_space()
+        assert self.annealer is not None and self.features is not None
+        features = self.features
         for k in keys:
             if k not in self._features:
-                self._features[k] = space.features(population.records[k].config)
+                self._features[k] = features(population.records[k].config)
         self.model.fit(np.stack([self._features[k] for k in keys]), y)
         self._fits = population.n_measured // self.args.plan_size
 
         def score(configs: list[Config]) -> np.ndarray:
-            return self.model.predict(np.stack([space.features(c) for c in configs]))
+            return self.model.predict(np.stack([features(c) for c in configs]))
 
         n_model = self.args.plan_size - int(self.args.epsilon * self.args.plan_size)
         pool_size = int(round(self.args.diversity_ratio * n_model))

@@ -18,6 +18,7 @@ from scipy.spatial.distance import cdist
 
 from ..population import Population
 from ..space.search_space import Config, ConfigKey
+from .features import Features
 
 
 class KnnSurrogate:
@@ -26,8 +27,8 @@ class KnnSurrogate:
     def __init__(self, population: Population, k: int) -> None:
         self.population = population
         self.k = k
-        width = population.space.feature_width
-        self._x = np.zeros((64, width))
+        self.features = Features(population.space)
+        self._x = np.zeros((64, self.features.width))
         self._objective = np.zeros(64)  # NaN: failure
         self._row: dict[ConfigKey, int] = {}
         for key in population.evaluated():
@@ -46,7 +47,7 @@ class KnnSurrogate:
                 self._x = np.concatenate([self._x, np.zeros_like(self._x)])
                 self._objective = np.concatenate([self._objective, np.zeros_like(self._objective)])
             self._row[key] = row
-            self._x[row] = self.population.space.features(record.config)
+            self._x[row] = self.features(record.config)
         self._objective[row] = np.nan if record.objective is None else record.objective
 
     def predict(self, configs: list[Config]) -> np.ndarray:
@@ -54,7 +55,7 @@ class KnnSurrogate:
         n = len(self._row)
         if n == 0 or not configs:
             return np.zeros(len(configs))
-        x = np.stack([self.population.space.features(c) for c in configs])
+        x = np.stack([self.features(c) for c in configs])
         d = cdist(x, self._x[:n], "canberra")
         y = self.population.fitness.weights(self._objective[:n])
         k = min(self.k, n)

@@ -30,6 +30,7 @@ from ..class_args import SearchArgs, arg, open_unit, positive_int, unit
 from ..space.parameters import SpaceError
 from ..space.search_space import Config, ConfigKey, SearchSpace
 from .actor_critic import ActorCritic
+from .features import Features
 
 STEPS_PER_PROPOSAL = 64
 """Moves tried for one proposal before handing over to ``base``'s nearest unsampled configuration."""
@@ -65,6 +66,7 @@ class NA2CTuner(PopulationTuner):
     def __init__(self, **class_args: Any) -> None:
         super().__init__(**class_args)
         self.network: ActorCritic | None = None
+        self.features: Features | None = None
         self._waiting: dict[ConfigKey, _Step] = {}
         self._state: Config | None = None
         self._steps = 0
@@ -81,8 +83,9 @@ class NA2CTuner(PopulationTuner):
 
     def _rebuild(self) -> None:
         space, _ = self.require_space()
-        n_inputs = space.feature_width
-        self.network = ActorCritic(n_inputs, len(space.moves), self.args.hidden_size, self.args.learning_rate, self.rng)
+        self.features = Features(space)
+        self.network = ActorCritic(self.features.width, len(space.moves), self.args.hidden_size, self.args.learning_rate,
+                                   self.rng)
         self._waiting, self._state, self._steps = {}, None, 0
 
     def _observe(self, key: ConfigKey) -> None:
@@ -118,7 +121,7 @@ class NA2CTuner(PopulationTuner):
         assert self.network is not None
         results = [space.apply_move(state, action, self.rng) for action in space.moves]
         mask = np.array([r is not None for r in results])
-        x = _inputs(space.features(state))
+        x = _inputs(self.features(state))
         if not mask.any():
             return _Step(x, mask, -1), None
         if self.rng.random() < self.args.epsilon:

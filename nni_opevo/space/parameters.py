@@ -1,18 +1,19 @@
-"""One class per search-space ``_type``: its values, its random prior and its topology.
+"""One record per search-space ``_type``: its validation, its random prior, its topology and its codec.
 
 The OpEvo paper (sec. 3) gives every parameter a graph over its feasible set; evolution
 then moves along that graph (the q-random walk, eq. 3). Each class here therefore knows
-three things about its type: how to draw a value at random (the prior used for the initial
-population, matching what NNI's own tuners draw), which values are adjacent to a value
-(``neighbours`` lists them, ``random_neighbour`` draws one uniformly without listing, so huge
-sets such as the factorizations of 2^30 never need enumerating), and how to convert between
-the internal hashable value and what the trial receives.
+four things about its type and nothing about any tuner: which ``_value`` is valid (the
+constructor raises ``SpaceError`` naming the rule), how to draw a value at random (the prior
+used for initial populations, matching what NNI's own tuners draw), which values are adjacent to
+a value (``neighbours`` lists them, ``random_neighbour`` draws one uniformly without listing, so
+huge sets such as the factorizations of 2^30 never need enumerating; ``moves`` names each step),
+and how to convert between the internal hashable value and what the trial receives. How a model
+encodes a value is the model's own business (``opevo.atoms``, ``peers.features``).
 
 Internal values are hashable (ints, floats, tuples) so configurations can be deduplicated.
 """
 from __future__ import annotations
 
-import functools
 import json
 import math
 from abc import ABC, abstractmethod
@@ -127,34 +128,6 @@ class Parameter(ABC):
     @abstractmethod
     def apply_move(self, value: Value, move: Hashable) -> Value | None:
         """The value one ``move`` away, or None where the move does not apply."""
-
-    @abstractmethod
-    def encode(self, value: Value) -> tuple[float, ...]:
-        """Numbers describing the value for surrogate models (XGBoost, k-NN), ``n_features`` of them.
-        Discrete types give ordinal numbers >= 1, so that 0 can stand for an inactive parameter."""
-
-    @property
-    def n_features(self) -> int:
-        """How many numbers ``encode`` gives."""
-        return 1
-
-    def atoms(self, value: Value) -> tuple[float, ...]:
-        """The value for the screening surrogate (``surrogate``), ``len(ordinal)`` numbers: an
-        ordinal atom is a position in [0, 1] compared by distance, a categorical one a code
-        compared by equality. By default one categorical atom: the value's index or code."""
-        return (float(value) if isinstance(value, (int, float)) else float(hash(value) % 2**52),)
-
-    @property
-    def ordinal(self) -> tuple[bool, ...]:
-        """Which of ``atoms`` are ordinal (see ``atoms``)."""
-        return (False,)
-
-    @property
-    def meaning(self) -> Hashable:
-        """What this parameter's ``atoms`` stand for: two parameters of equal meaning encode a
-        value alike, so a surrogate may learn from measurements on either (a network's layers
-        of one template). By default the type and its whole ``_value``."""
-        return self.type_name, json.dumps(self.spec_value, sort_keys=True, default=str)
 
     @abstractmethod
     def to_trial(self, value: Value) -> Any:
@@ -283,27 +256,6 @@ class FactorParameter(Parameter):
         n, m, z = move  # type: ignore[misc]
         return self._move(value, n, m, z) if value[n] % z == 0 else None
 
-    def encode(self, value: tuple[int, ...]) -> tuple[float, ...]:
-        return tuple(float(a) for a in value)
-
-    @property
-    def n_features(self) -> int:
-        return self.nu
-
-    def atoms(self, value: tuple[int, ...]) -> tuple[float, ...]:
-        """Each entry's log2 as a share of log2(C): tile sizes act on performance in ratios."""
-        scale = math.log2(self.product) or 1.0
-        return tuple(math.log2(a) / scale for a in value)
-
-    @property
-    def ordinal(self) -> tuple[bool, ...]:
-        return (True,) * self.nu
-
-    @property
-    def meaning(self) -> Hashable:
-        """Shares of C whatever C: the same loop tiled nu ways means the same for any extent."""
-        return self.type_name, self.nu
-
     def enumerate(self) -> Iterator[tuple[int, ...]]:
         per_prime = [[tuple(p**k for k in comp) for comp in _compositions(e, self.nu)] for p, e in self.factorization]
         for combo in product(*per_prime):
@@ -386,25 +338,6 @@ class PermParameter(Parameter):
         i, j = move  # type: ignore[misc]
         return self._swap(value, i, j)
 
-    def encode(self, value: tuple[int, ...]) -> tuple[float, ...]:
-        """The position (from 1) of each item: nearby orders give nearby numbers."""
-        position = [0.0] * self.n
-        for pos, item in enumerate(value):
-            position[item] = float(pos + 1)
-        return tuple(position)
-
-    @property
-    def n_features(self) -> int:
-        return self.n
-
-    def atoms(self, value: tuple[int, ...]) -> tuple[float, ...]:
-        """The item at each position: two orders share an atom where they place the same loop."""
-        return tuple(float(i) for i in value)
-
-    @property
-    def ordinal(self) -> tuple[bool, ...]:
-        return (False,) * self.n
-
     def enumerate(self) -> Iterator[tuple[int, ...]]:
         from itertools import permutations
 
@@ -483,9 +416,6 @@ class ChoiceParameter(Parameter):
     def apply_move(self, value: int, move: Hashable) -> int | None:
         return None if move == value else int(move)  # type: ignore[arg-type]
 
-    def encode(self, value: int) -> tuple[float, ...]:
-        return (float(value + 1),)
-
     def to_trial(self, value: int) -> Any:
         return {"_name": self.options[value]["_name"]} if self.nested else self.options[value]
 
@@ -555,21 +485,6 @@ class GridParameter(Parameter):
         k = value + int(move)  # type: ignore[call-overload]
         return k if self.k_low <= k <= self.k_high else None
 
-    def encode(self, value: int) -> tuple[float, ...]:
-        """The ordinal position from 1 on a bounded grid; the value itself on an unbounded one."""
-        return (float(value - self.k_low + 1),) if math.isfinite(self.k_low) else (float(self.value_at(value)),)
-
-    def atoms(self, value: int) -> tuple[float, ...]:
-        """The position on a bounded grid as a share of its length (ordinal); on an unbounded one
-        the grid index, compared by equality."""
-        if math.isfinite(self.k_low) and math.isfinite(self.k_high) and self.k_high > self.k_low:
-            return ((value - self.k_low) / (self.k_high - self.k_low),)
-        return (float(value),)
-
-    @property
-    def ordinal(self) -> tuple[bool, ...]:
-        return (math.isfinite(self.k_low) and math.isfinite(self.k_high),)
-
     def to_trial(self, value: int) -> float | int:
         return self.value_at(value)
 
@@ -585,10 +500,8 @@ class GridParameter(Parameter):
 class DiscreteParameter(GridParameter):
     """``discrete [numbers]``: an ordered set of numbers (e.g. unroll steps, tile or block sizes),
     sorted internally; neighbours are the values just below and just above (paper, Figure 1c).
-    ``scaled`` gives the value doubled and halved, where the set holds them: OpEvo's default
-    mutation steps there too (``operators.mutation_step``), since sizes act multiplicatively on
-    performance (a 64-wide block is as near to a 128-wide one as to a 112-wide one, and a 3-wide
-    tile between 2 and 4 can be far worse than both)."""
+    The search space's ``scaled`` and ``diagonal`` neighbourhoods also double and halve sizes
+    (``space.neighbourhoods``)."""
 
     type_name = "discrete"
 
@@ -611,76 +524,12 @@ class DiscreteParameter(GridParameter):
     def sample(self, rng: np.random.Generator) -> int:
         return int(rng.integers(len(self.values)))
 
-    def atoms(self, value: int) -> tuple[float, ...]:
-        """The value's index, compared by equality, and its position in the set (``positions``),
-        compared by distance; where the set mixes powers of two with other sizes, a third:
-        whether the value is a power of two (``powers_of_two``), compared by equality. The
-        numbers of a tuning knob may perform smoothly in their order (a larger tile, a larger
-        block) or not at all (a 48-wide block between two good powers of two can be ten times
-        slower); the surrogate weighs each atom by how well it explains the measurements, so it
-        learns which holds for this knob."""
-        position = (float(value), self.positions[value])
-        flags = self.powers_of_two
-        return position if flags is None else (*position, float(flags[value]))
-
-    @property
-    def ordinal(self) -> tuple[bool, ...]:
-        return (False, True) if self.powers_of_two is None else (False, True, False)
-
-    @functools.cached_property
-    def powers_of_two(self) -> tuple[bool, ...] | None:
-        """Whether each value is a power of two, for a set of whole numbers >= 1 that holds
-        both kinds (block sizes 16, 32, 48, ..., 256; tiles 1-4); None otherwise. Hardware works
-        in powers of two (warps and wavefronts of 32 or 64 lanes, vector widths, memory banks,
-        cache lines), so a size that is not one often leaves lanes idle or misaligns memory, and
-        such sizes are then all slow. Neither other atom can carry that from one size to the
-        next: the index makes each size its own category (an 80-wide block learns nothing from a
-        48-wide one), and the position puts 80 next to the good 64. On the MI250X
-        convolution no block width outside 16, 32, 64, 128 and 256 reaches 0.1 of the optimum.
-        Where sizes are not like that, the fitted relevance of this atom says so."""
-        if not all(float(v).is_integer() and v >= 1 for v in self.values):
-            return None
-        flags = tuple(int(v) & (int(v) - 1) == 0 for v in self.values)
-        return flags if any(flags) and not all(flags) else None
-
-    @functools.cached_property
-    def positions(self) -> tuple[float, ...]:
-        """Each value's position in [0, 1] across the set: in log scale when every value is
-        positive (sizes act in ratios: 64 is as far from 32 as from 128), else by rank."""
-        if len(self.values) == 1:
-            return (0.0,)
-        if self.values[0] > 0:
-            logs = np.log2(np.array(self.values, dtype=float))
-            return tuple(((logs - logs[0]) / (logs[-1] - logs[0])).tolist())
-        return tuple((np.arange(len(self.values)) / (len(self.values) - 1)).tolist())
-
-    def scaled(self, value: int) -> list[int]:
-        """Indices of the value doubled and halved, where the set holds them and they are not
-        already the values just below or above."""
-        v = float(self.values[value])
-        found = (self._index.get(v * 2), self._index.get(v / 2)) if v != 0 else (None, None)
-        return [k for k in found if k is not None and abs(k - value) > 1]
-
-    def times(self, value: int, factor: float) -> int | None:
-        """Index of the value times ``factor`` when both are whole numbers >= 1 and the set holds
-        the product (a size doubled or halved: ``SearchSpace.diagonal_neighbours``). Sizes
-        only: a set of fractions (a learning rate's 0.25, 0.5, 1) is no tile or block."""
-        v = float(self.values[value])
-        product = v * factor
-        if v < 1 or not (v.is_integer() and product.is_integer()):
-            return None
-        return self._index.get(product)
-
-    def scaled_neighbours(self, value: int) -> tuple[int, ...]:
-        """``neighbours`` and ``scaled`` together, listed once per value."""
-        table = self.__dict__.setdefault("_scaled_table", {})
-        options = table.get(value)
-        if options is None:
-            options = table[value] = tuple(self.neighbours(value) + self.scaled(value))
-        return options
-
     def value_at(self, k: int) -> float | int:
         return self.values[k]
+
+    def find(self, number: float) -> int | None:
+        """The index of ``number`` in the set, or None."""
+        return self._index.get(number)
 
     def index_of(self, raw: Any) -> int:
         k = self._index.get(float(raw)) if _is_real(raw) else None
@@ -887,19 +736,6 @@ class ContinuousParameter(Parameter):
     def apply_move(self, value: float, move: Hashable) -> float | None:
         x = (math.log(value) if self.log else value) + int(move) * CONTINUOUS_STEP * self.width  # type: ignore[call-overload]
         return self._out(x) if self.lo_in <= x <= self.hi_in else None
-
-    def encode(self, value: float) -> tuple[float, ...]:
-        return (float(value),)
-
-    def atoms(self, value: float) -> tuple[float, ...]:
-        """The position across the set's width (in log space for the log types), ordinal."""
-        x = math.log(value) if self.log else value
-        low = self.lo_in if math.isfinite(self.lo_in) else self.mu - 2 * self.sigma  # type: ignore[attr-defined]
-        return ((x - low) / self.width,)
-
-    @property
-    def ordinal(self) -> tuple[bool, ...]:
-        return (True,)
 
     def to_trial(self, value: float) -> float:
         return float(value)

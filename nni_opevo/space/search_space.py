@@ -16,14 +16,15 @@ from typing import Any
 
 import numpy as np
 
+from . import neighbourhoods
 from .parameters import ChoiceParameter, DiscreteParameter, Parameter, SpaceError, parse_parameter
 
 MAX_DEPTH = 32
 """Deepest nesting of choices."""
 MAX_PARAMETERS = 10_000
 """Most parameters in a space, nested ones included."""
-PROJECTION_LIMIT = 4096
-"""Most values of one parameter compared when carrying a value over from another space (``project``)."""
+NEIGHBOURHOODS = ("topology", "scaled", "diagonal")
+"""The named neighbourhoods of ``SearchSpace.neighbours``."""
 
 Key = tuple  # e.g. ("tile_x",) or ("model", 1, "depth"): name path with option indices, as NNI keys them
 Config = dict  # Key -> internal value, active parameters only
@@ -149,18 +150,39 @@ class SearchSpace:
             yield from self._enumerate(i + 1, partial)
             del partial[slot.key]
 
-    def neighbours(self, config: Config, scaled: bool = False) -> Iterator[Config]:
-        """Configurations one topology step away in one parameter; with ``scaled``, a
-        ``discrete`` value's double and half too (the steps of OpEvo's default walk,
-        ``operators.scaled_step``). Continuous parameters and nested-choice switches are left
-        out: their moves have no finite neighbour list."""
+    def neighbours(self, config: Config, kind: str = "topology", rng: np.random.Generator | None = None,
+                   limit: int | None = None) -> Iterator[Config]:
+        """Configurations one step away, by neighbourhood ``kind`` (``NEIGHBOURHOODS``):
+
+        * ``topology``: one step of one parameter's topology (paper, sec. 3);
+        * ``scaled``: the same, and a ``discrete`` size's double and half too
+          (``neighbourhoods.scaled``: sizes act in ratios);
+        * ``diagonal``: one ``discrete`` size (a whole number) doubled and another halved, where
+          both sets hold the new values; every one up to ``limit``, else ``limit`` drawn with
+          ``rng``. Such a step keeps the two sizes' product (threads per block, a tile's area, a
+          thread's work), and the hardware's limits bind on products (registers, threads, shared
+          memory): fast kernels lie along a ridge of the product, and a step in one size falls off
+          it (on the MI250X convolution a 4 x 2 tile runs at 0.67 of the optimum, 4 x 4 at 0.07,
+          and the optimum is 2 x 4).
+
+        Continuous parameters and nested-choice switches are left out of the first two: their
+        moves have no finite neighbour list."""
+        if kind == "diagonal":
+            if rng is None or limit is None:
+                raise TypeError("the diagonal neighbourhood draws: give rng and limit")
+            return iter(self._diagonal(config, rng, limit))
+        if kind not in NEIGHBOURHOODS:
+            raise ValueError(f"unknown neighbourhood {kind!r}; known: {', '.join(NEIGHBOURHOODS)}")
+        return self._steps(config, kind == "scaled")
+
+    def _steps(self, config: Config, scale: bool) -> Iterator[Config]:
         for slot in self.active_slots(config):
             p = slot.param
             if isinstance(p, ChoiceParameter) and p.nested:
                 continue
             try:
-                if scaled and isinstance(p, DiscreteParameter):
-                    values = list(p.scaled_neighbours(config[slot.key]))
+                if scale and isinstance(p, DiscreteParameter):
+                    values = list(neighbourhoods.scaled(p, config[slot.key]))
                 else:
                     values = p.neighbours(config[slot.key])
             except TypeError:
@@ -168,19 +190,13 @@ class SearchSpace:
             for value in values:
                 yield {**config, slot.key: value}
 
-    def diagonal_neighbours(self, config: Config, rng: np.random.Generator, limit: int) -> list[Config]:
-        """Configurations one diagonal step away: one ``discrete`` size (a whole number) doubled
-        and another halved, where both sets hold the new values; every one up to ``limit``, else
-        ``limit`` drawn at random. Such a step keeps the two sizes' product (threads per block,
-        a tile's area, a thread's work), and the hardware's limits bind on products (registers,
-        threads, shared memory): fast kernels lie along a ridge of the product, and a step in
-        one size falls off it (on the MI250X convolution a 4 x 2 tile runs at 0.67 of the
-        optimum, 4 x 4 at 0.07, and the optimum is 2 x 4)."""
+    def _diagonal(self, config: Config, rng: np.random.Generator, limit: int) -> list[Config]:
         ups: list[tuple[Key, int]] = []
         downs: list[tuple[Key, int]] = []
         for slot in self.active_slots(config):
             if isinstance(slot.param, DiscreteParameter):
-                up, down = slot.param.times(config[slot.key], 2), slot.param.times(config[slot.key], 0.5)
+                value = config[slot.key]
+                up, down = neighbourhoods.times(slot.param, value, 2), neighbourhoods.times(slot.param, value, 0.5)
                 if up is not None:
                     ups.append((slot.key, up))
                 if down is not None:
@@ -225,49 +241,6 @@ class SearchSpace:
     def _switches(self) -> dict[Key, bool]:
         return {slot.key: isinstance(slot.param, ChoiceParameter) and slot.param.nested for slot in self.slots}
 
-    # ------------------------------------------------------------------ numeric features
-
-    @cached_property
-    def feature_width(self) -> int:
-        return sum(slot.param.n_features for slot in self.slots)
-
-    def features(self, config: Config) -> np.ndarray:
-        """A fixed-width vector of the configuration for surrogate models: each parameter's
-        ``encode`` in space order, zeros where the parameter is inactive."""
-        out = np.zeros(self.feature_width)
-        i = 0
-        for slot in self.slots:
-            if slot.key in config:
-                out[i : i + slot.param.n_features] = slot.param.encode(config[slot.key])
-            i += slot.param.n_features
-        return out
-
-    # ------------------------------------------------------------------ atoms (the surrogate's encoding)
-
-    @cached_property
-    def ordinal(self) -> np.ndarray:
-        """Which columns of ``atoms`` are ordinal (compared by distance) rather than categorical."""
-        return np.array([o for slot in self.slots for o in slot.param.ordinal], dtype=bool)
-
-    @cached_property
-    def meaning(self) -> Hashable:
-        """What ``atoms`` stand for, column by column (``Parameter.meaning`` of every slot): two
-        spaces of equal meaning give rows a surrogate can learn from together."""
-        return tuple((slot.key, slot.param.meaning) for slot in self.slots)
-
-    def atoms(self, config: Config) -> np.ndarray:
-        """The configuration as the screening surrogate compares it: each active parameter's
-        ``Parameter.atoms`` in space order (a factor and a perm one per entry), NaN where a
-        parameter is not active."""
-        out = np.full(len(self.ordinal), np.nan)
-        i = 0
-        for slot in self.slots:
-            width = len(slot.param.ordinal)
-            if slot.key in config:
-                out[i : i + width] = slot.param.atoms(config[slot.key])
-            i += width
-        return out
-
     # ------------------------------------------------------------------ trial format
 
     def to_trial(self, config: Config) -> dict[str, Any]:
@@ -296,30 +269,6 @@ class SearchSpace:
                 raw = raw[name]
             config[slot.key] = slot.param.from_trial(raw)
         return config
-
-    def project(self, config: Config, source: SearchSpace) -> Config | None:
-        """``config``, a configuration of ``source`` (a space of equal ``meaning``: a network's
-        other layer of this template), carried into this space: each value kept where it is one
-        of this parameter's, else this parameter's value of the nearest atoms (a factor's tiles
-        as the same log-shares of this extent: a 27-wide row tile of a 27-wide loop becomes a
-        13-wide one of a 13-wide loop). None where a value would have to be found among more
-        than ``PROJECTION_LIMIT``."""
-        out: Config = {}
-        for slot in self.slots:
-            if not slot.active_in(out):
-                continue
-            theirs, value = source.by_key[slot.key].param, config[slot.key]
-            try:
-                out[slot.key] = slot.param.from_trial(theirs.to_trial(value))
-                continue
-            except ValueError:
-                pass
-            if slot.param.size > PROJECTION_LIMIT:
-                return None
-            target = np.asarray(theirs.atoms(value))
-            out[slot.key] = min(slot.param.enumerate(),
-                                key=lambda mine: float(np.sum((np.asarray(slot.param.atoms(mine)) - target) ** 2)))
-        return out
 
     def contains(self, config: Config) -> bool:
         """Whether ``config`` has exactly the active parameters, each with a valid value."""
