@@ -323,10 +323,10 @@ def test_layers_of_one_template_learn_from_each_other():
     mixed = NetworkTuner(seed=0)
     mixed.update_search_space({"layer": {"_type": "choice", "_value": [
         *shared_template_space([64, 128])["layer"]["_value"], *network_space({"x": [64, 2]})["layer"]["_value"]]}})
-    assert [len(mixed.layers[n].kin) for n in ("L64", "L128", "x")] == [1, 1, 0]
+    assert [len(mixed.layers[n].search.kin) for n in ("L64", "L128", "x")] == [1, 1, 0]
     alone = NetworkTuner(seed=0, transfer=False)
     alone.update_search_space(shared_template_space([64, 128]))
-    assert all(not t.kin for t in alone.layers.values())
+    assert all(not t.search.kin for t in alone.layers.values())
 
 
 def rare_corner(params):

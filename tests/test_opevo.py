@@ -259,8 +259,8 @@ def test_failures_and_odd_values_never_break_selection():
         ranked = [tuner.population.records[k].objective for k in tuner.population.evaluated()]
         assert ranked[: ranked.count(3.0)] == [3.0] * ranked.count(3.0) and ranked.count(3.0) > 10
         assert set(ranked[ranked.count(3.0):]) <= {-2.0, None} and ranked[-1] is None
-    parents = tuner.generation.parents  # the paper variant's last selection
-    assert tuner.generation.fertile and len({w for _, w in parents}) == 1 and parents[0][1] > 0
+    parents = tuner.search.generation.parents  # the paper variant's last selection
+    assert tuner.search.generation.fertile and len({w for _, w in parents}) == 1 and parents[0][1] > 0
 
 
 def test_unknown_repeated_and_mismatched_ids_are_tolerated():
@@ -419,16 +419,16 @@ def test_screened_restarts_after_stagnating_and_breeds_from_the_new_epoch_only()
     tuner.update_search_space({"x": {"_type": "randint", "_value": [0, 100_000]}})
     for pid in range(11):  # the best first, then ten measurements that never beat it
         params = tuner.generate_parameters(pid)
-        assert tuner.epochs == 1
+        assert tuner.search.epochs == 1
         tuner.receive_trial_result(pid, params, 100.0 if pid == 0 else 1.0)
     first_best = tuner.population.best()[0]
     tuner.generate_parameters(11)  # the next proposal opens epoch 2 with a random configuration
-    assert tuner.epochs == 2 and tuner.epoch.start == 11
+    assert tuner.search.epochs == 2 and tuner.search.epoch.start == 11
     for pid in range(11, 15):
         tuner.receive_trial_result(pid, {"x": tuner.space.to_trial(tuner.population.records[
             tuner.population.ids[pid]].config)["x"]}, 2.0)
         tuner.generate_parameters(pid + 1)
-    parents = tuner._epoch_parents()
+    parents = tuner.search.epoch_parents()
     assert len(parents) == 4 and all(c != first_best for c, _ in parents), "parents come from the new epoch only"
 
 
@@ -453,7 +453,7 @@ def test_each_epoch_starts_with_lambda_random_trials_however_many_the_constraint
         first.append(params)
     assert all(p["x"] < 200 for p in first)
     assert all(tuner.space.identity(tuner.space.from_trial(p)) in drawn for p in first)
-    assert not tuner.in_random_start()
+    assert not tuner.search.in_random_start()
 
 
 def test_the_best_configurations_whole_neighbourhood_is_screened_and_bounded():
@@ -463,12 +463,12 @@ def test_the_best_configurations_whole_neighbourhood_is_screened_and_bounded():
     tuner.update_search_space({"size": {"_type": "discrete", "_value": [8, 16, 24, 32, 64]},
                                "order": {"_type": "perm", "_value": 3}})
     best = {("size",): 1, ("order",): (0, 1, 2)}  # 16
-    ring = {tuner.space.identity(c) for c in tuner._ring(best)}
+    ring = {tuner.space.identity(c) for c in tuner.search.ring(best)}
     assert ring == {tuner.space.identity(c) for c in tuner.space.neighbours(best, kind="scaled")}
     assert {dict(key)[("size",)] for key in ring} == {0, 1, 2, 3}  # 8, 24 and 32 (the double) around 16
     wide = OpEvoTuner(seed=0, screen=8)
     wide.update_search_space({"kernel": {"_type": "choice", "_value": list(range(1000))}})
-    assert len(wide._ring({("kernel",): 0})) == 8
+    assert len(wide.search.ring({("kernel",): 0})) == 8
 
 
 def test_local_steps_measure_every_neighbour_of_a_best_that_stays():

@@ -1,0 +1,248 @@
+"""OpEvo's default variant: the paper's operators, with the departures below, each measured on
+brute-forced tuning spaces (docs/tuners.md; the chosen values: ``settings``).
+
+* **Screening by expected improvement.** For every proposal it breeds ``screen`` children of the
+  current parents (eq. 2 and the q-random walk; a share ``explore`` of them uniform random
+  instead), adds the neighbours of the epoch's best configuration (``ring``), keeps those that
+  are unseen and feasible, and proposes the one a Gaussian-process surrogate (``surrogate``)
+  expects to improve most on the best so far. Budgets are small, and a child is a guess: the
+  surrogate learns from every measurement which guesses pay, and the best's neighbours make
+  sure no single step from it is left to chance.
+* **Sizes step by doubling too.** The walk over a ``discrete`` set of numbers may also step to
+  the value's double or half (``operators.scaled_step``): tile and block sizes act
+  multiplicatively, and a value between two good ones (a 3-wide tile between 2 and 4, a
+  48-wide block between 32 and 64) can be far worse than both.
+* **Restarts.** After ``restart`` measurements without improving the best of the current
+  ``Epoch``, a new epoch starts: lambda new random configurations and parents drawn only from
+  the new epoch's measurements, while the surrogate keeps learning from all of them. An
+  evolutionary search converges on one basin; a good kernel is often in another.
+* **Local steps.** A share ``local`` of the proposals (every other one at 0.5) is the unmeasured
+  neighbour of the epoch's best that the surrogate is least sure of (``local_step``), whatever
+  it expects of it. A surrogate fitted on a few dozen kernels learns main effects ("shared
+  memory off is slow", "a 3-wide tile is awful, so 4 is too"), while kernels interact: the
+  best kernel of a space is often one such step from a plateau the surrogate keeps refining,
+  and expected improvement then never proposes that step. The steps include diagonal ones,
+  one size doubled and another halved (the ``diagonal`` neighbourhood of
+  ``SearchSpace.neighbours``): the hardware's limits bind on products of sizes (threads per
+  block, a tile's area), so fast kernels lie along ridges that no step in one size can follow.
+* **Kin.** Inside a network (the network tuner with ``transfer``), the surrogate also learns
+  from the other layers of the same template, screens half of the random start with what they
+  measured (a layer's ten or twenty trials need not start blind, and the other half keeps the
+  family exploring), and screens the kin's best kernels beside its own children (``kin``).
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..base import PopulationTuner
+from ..population import Population
+from ..space.search_space import Config, ConfigKey
+from ..space.steps import nudge
+from . import settings
+from .args import OpEvoArgs
+from .atoms import Atoms
+from .kin import Kin, Relative
+from .operators import Parents, breed, scaled_step
+from .surrogate import Surrogate, TrainingSet
+from .variant import Variant
+
+_logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Epoch:
+    """The stretch of search since the last restart."""
+
+    start: int
+    """Index, in measurement order, of the epoch's first measurement."""
+    opened_at: int = 0
+    """Trials proposed when the epoch opened: its first lambda trials are random. Counted in trials,
+    not in candidates, so that a candidate the constraint refuses does not shorten the random start
+    (on a space where most configurations are restricted it would shrink to one draw)."""
+    best: float = -np.inf
+    best_at: int = 0
+    """The best score measured in this epoch, and the measurement count when it was found."""
+
+    def stale(self, measured: int, restart: int) -> bool:
+        """``restart`` measurements in a row that did not improve this epoch's best."""
+        return restart > 0 and measured - max(self.best_at, self.start) >= restart
+
+
+class Screened(Variant):
+    """The screened search (see the module docstring)."""
+
+    step = staticmethod(scaled_step)
+
+    def __init__(self, host: PopulationTuner, args: OpEvoArgs) -> None:
+        super().__init__(host, args)
+        self.epoch = Epoch(start=0)
+        self.epochs = 1
+        self.atoms: Atoms | None = None
+        """How the surrogate sees a configuration (set with the search space)."""
+        self.surrogate: Surrogate | None = None
+        self.measured = TrainingSet()
+        self.kin = Kin()
+
+    @property
+    def population(self) -> Population | None:
+        return self.host.population
+
+    # ------------------------------------------------------------------ the variant's hooks
+
+    def kinship(self) -> Hashable | None:
+        """The meaning of this search's atoms: kin see configurations alike."""
+        return self.atoms.meaning if self.atoms is not None else None
+
+    def learn_from(self, kin: Sequence[Variant]) -> None:
+        self.kin = Kin([k for k in kin if isinstance(k, Screened)], self.args.migrants)
+        if self.atoms is not None:
+            self.surrogate = Surrogate(settings.SURROGATE_CAPACITY, self.kin.ordinal(self.atoms.ordinal))
+
+    def rebuild(self) -> None:
+        space, population = self.host.require_space()
+        self.atoms = Atoms(space)
+        self.epoch, self.epochs = Epoch(start=0), 1
+        self.measured = TrainingSet()
+        self.kin.reset()
+        self.surrogate = Surrogate(settings.SURROGATE_CAPACITY, self.kin.ordinal(self.atoms.ordinal))
+        for key, record in population.records.items():
+            if record.evaluated and not record.rejected:
+                self.observe(key)
+
+    def observe(self, key: ConfigKey) -> None:
+        _, population = self.host.require_space()
+        record = population.records[key]
+        if record.rejected:
+            return  # refusals cost no trial: the surrogate learns from measurements only
+        assert self.atoms is not None
+        self.measured.put(key, self.atoms(record.config), record.objective)
+        score = population.fitness.score(record.objective)
+        if score > self.epoch.best and self.measured.index(key) >= self.epoch.start:
+            self.epoch.best, self.epoch.best_at = score, len(self.measured)
+
+    def propose(self) -> Config:
+        space, _ = self.host.require_space()
+        rng = self.host.rng
+        if self.epoch.stale(len(self.measured), self.args.restart):
+            self.epoch = Epoch(start=len(self.measured), opened_at=self.host.n_proposed)
+            self.epochs += 1
+            _logger.info("OpEvo: no better kernel in %d measurements; restart %d from new random configurations",
+                         self.args.restart, self.epochs - 1)
+        if self.in_random_start():  # each epoch's random initial population
+            return self.start()
+        parents = self.epoch_parents()
+        if not any(w > 0 for _, w in parents):
+            return space.sample(rng)
+        if self.local_turn():
+            step = self.local_step(parents[0][0])
+            if step is not None:
+                return step
+        prepared = Parents(space, parents)
+        bred = self.host.fresh(self.candidates(prepared), self.args.screen, learn=False)
+        assert self.atoms is not None
+        others = [*self.ring(parents[0][0]), *self.kin.migrants_into(self.atoms)]
+        candidates = bred + self.host.fresh(others, learn=False, besides=bred)
+        if not candidates:
+            return breed(space, prepared, self.args.mutate_rate, rng, self.step)
+        return self.most_promising(candidates)
+
+    # ------------------------------------------------------------------ its parts
+
+    def start(self) -> Config:
+        """A member of the random start: a uniform draw; with kin that have measured, every other
+        member (the first, third, ...) is instead the most promising of ``screen`` uniform draws
+        by the surrogate that has learned from theirs, so a layer starts where its kin's kernels
+        ran well instead of blind. Only every other: a screened draw goes where the kin have been,
+        and a family of layers whose starts were all screened stopped exploring (on AlexNet's
+        convolutions, the fast kernels were never measured in 4 of 6 seeds; docs/tuners.md)."""
+        space, _ = self.host.require_space()
+        rng = self.host.rng
+        uniform = self.start_position() % 2 == 1
+        if uniform or not self.kin.have_measured():
+            return space.sample(rng)
+        draws = (space.sample(rng) for _ in range(settings.SCREEN_ATTEMPTS * self.args.screen))
+        candidates = self.host.fresh(draws, self.args.screen, learn=False)
+        return self.most_promising(candidates) if candidates else space.sample(rng)
+
+    def most_promising(self, candidates: list[Config],
+                       by: Callable[[Surrogate, np.ndarray], np.ndarray] = Surrogate.expected_improvement) -> Config:
+        """The candidate of the highest score ``by`` (expected improvement) under the surrogate
+        refitted now (the first one while it cannot be fitted)."""
+        if len(candidates) < 2:
+            return candidates[0]
+        assert self.surrogate is not None and self.atoms is not None
+        self.surrogate.fit(*self.training())
+        if not self.surrogate.ready:
+            return candidates[0]
+        scores = by(self.surrogate, np.stack([self.kin.row(self.atoms(c)) for c in candidates]))
+        return candidates[int(np.argmax(scores))]
+
+    def training(self) -> tuple[np.ndarray, np.ndarray]:
+        """(atoms, eq. 2 weights) the surrogate fits: this search's measurements, and with kin
+        theirs too (``Kin.training``)."""
+        _, population = self.host.require_space()
+        if not self.kin:
+            return self.measured.arrays(population.fitness)
+        assert self.atoms is not None
+        own: Relative = self
+        return self.kin.training(own, population.fitness.mode, len(self.kin.ordinal(self.atoms.ordinal)))
+
+    def start_position(self) -> int:
+        """The next trial's place among the current epoch's trials (0 for its first)."""
+        return self.host.n_proposed - self.epoch.opened_at
+
+    def in_random_start(self) -> bool:
+        """Whether the next trial belongs to the current epoch's lambda random ones."""
+        return self.start_position() < self.args.parents_size
+
+    def ring(self, best: Config) -> list[Config]:
+        """The epoch best's neighbours (one scaled step in one parameter), all of them up to
+        ``RING_FACTOR * screen``; past that (a choice of many options), ``screen`` single steps
+        drawn at random."""
+        space, _ = self.host.require_space()
+        limit = settings.RING_FACTOR * self.args.screen
+        ring = list(itertools.islice(space.neighbours(best, kind="scaled"), limit + 1))
+        if len(ring) <= limit:
+            return ring
+        return [nudge(space, best, self.host.rng, self.step) for _ in range(self.args.screen)]
+
+    def local_turn(self) -> bool:
+        """Whether the next proposal is a local step: paced evenly, ``local`` of every proposal
+        (at 0.5 the odd-numbered ones)."""
+        share, n = self.args.local, self.host.n_proposed
+        return int((n + 1) * share) > int(n * share)
+
+    def local_step(self, best: Config) -> Config | None:
+        """The unmeasured, feasible neighbour of the epoch's best (``ring`` and the diagonal
+        neighbourhood) of the largest posterior standard deviation; None when every one is
+        measured or in flight. Not the expected improvement, whose ranking is what leaves such
+        steps unmeasured: the step the surrogate knows least about is the one that teaches it
+        most. A step drawn uniformly instead did better on one brute-forced space and worse on
+        two (docs/tuners.md)."""
+        space, _ = self.host.require_space()
+        limit = settings.RING_FACTOR * self.args.screen
+        diagonals = space.neighbours(best, kind="diagonal", rng=self.host.rng, limit=limit)
+        ring = self.host.fresh([*self.ring(best), *diagonals], learn=False)
+        return self.most_promising(ring, by=lambda model, atoms: model.predict(atoms)[1]) if ring else None
+
+    def epoch_parents(self) -> list[tuple[Config, float]]:
+        """The top-lambda measurements of the current epoch with their eq. 2 weights."""
+        _, population = self.host.require_space()
+        mine = self.measured.keys_since(self.epoch.start)
+        ranked = (key for key in population.evaluated() if key in mine)
+        top = [key for _, key in zip(range(self.args.parents_size), ranked)]
+        return [(population.records[key].config, population.weight(key)) for key in top]
+
+    def candidates(self, parents: Parents) -> Iterator[Config]:
+        space, _ = self.host.require_space()
+        rng = self.host.rng
+        for _ in range(settings.SCREEN_ATTEMPTS * self.args.screen):
+            if rng.random() < self.args.explore:
+                yield space.sample(rng)
+            else:
+                yield breed(space, parents, self.args.mutate_rate, rng, self.step)
