@@ -49,8 +49,8 @@ docs/results/tuner-overhead.md)."""
 # ------------------------------------------------------------------ the surrogate
 
 LENGTHS = (0.05, 0.1, 0.2, 0.4, 0.8)
-"""Candidate single lengths (as a share of the atoms that differ): the marginal likelihood picks
-one, and the relevances start from it (docs/tuners.md#opevo--opevotuner)."""
+"""Candidate single lengths ``l`` (as a share of the atoms that differ): the marginal likelihood
+picks one, and the relevances start from ``w_j = 1 / (l * atoms)`` (docs/tuners.md#opevo--opevotuner)."""
 NOISE = 1e-2
 """Observation noise variance on the standardized targets (timing noise, and numerical slack)."""
 RELEVANCE_PRIOR = 1.0

@@ -48,17 +48,8 @@ from scipy.optimize import minimize
 from scipy.stats import norm
 from threadpoolctl import ThreadpoolController
 
-LENGTHS = (0.05, 0.1, 0.2, 0.4, 0.8)
-"""Candidate single lengths ``l`` (as a share of the atoms that differ): the marginal likelihood
-picks one, and the relevances start from ``w_j = 1 / (l * atoms)``."""
-NOISE = 1e-2
-"""Observation noise variance on the standardized targets (timing noise, and numerical slack)."""
-RELEVANCE_PRIOR = 1.0
-"""Standard deviation, in e-folds, of the log-normal prior on each relevance around the single length's."""
-RELEVANCE_STEPS = 30
-"""L-BFGS iterations of the relevance fit."""
-RELEVANCE_LIMIT = 64
-"""Atoms per row up to which relevances are fitted (the fit holds capacity^2 x atoms distances)."""
+from .settings import LENGTHS, NOISE, RELEVANCE_LIMIT, RELEVANCE_PRIOR, RELEVANCE_STEPS
+
 CHUNK = 1 << 20
 """Distances held at once when comparing many rows over many atoms (bounds the memory of a refit)."""
 
