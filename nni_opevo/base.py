@@ -39,7 +39,7 @@ from nni import NoMoreTrialError
 from nni.tuner import Tuner
 
 from . import constraint, fatal
-from .class_args import SearchArgs, document
+from .class_args import SearchArgs, document, seed_or_drawn
 from .fitness import Fitness
 from .journal import Journal
 from .population import Population
@@ -73,17 +73,10 @@ class PopulationTuner(Tuner):
             document(cls, cls.Args)
 
     def __init__(self, **class_args: Any) -> None:
-        try:
-            self.args = self.Args.parse(class_args)
-            self.constraint = constraint.load(self.args.constraint, self.args.constraint_args)
-        except ValueError as e:
-            if not fatal.defer(self, e):
-                raise
-            self.args = self.Args.parse({})  # placeholders: every call raises the deferred error
-            self.constraint = None
+        self.args, self.constraint = fatal.parse_or_defer(self, lambda: self._parse(class_args),
+                                                          lambda: (self.Args.parse({}), None))
         self.optimize_mode = self.args.optimize_mode
-        seed = self.args.seed
-        self.seed = seed if seed is not None else int(np.random.default_rng().integers(2**31))
+        self.seed = seed_or_drawn(self.args.seed)
         _logger.info("%s seed %d", self.algorithm, self.seed)
         self.rng = np.random.default_rng(self.seed)
         self.space: SearchSpace | None = None
@@ -92,6 +85,10 @@ class PopulationTuner(Tuner):
         self.journal = Journal(self.get_checkpoint_path())
         self._resumed: list[dict[str, Any]] = []  # journalled proposals of the run before a resume
         self._accept_customized_trials()
+
+    def _parse(self, class_args: dict[str, Any]) -> tuple[SearchArgs, constraint.Constraint | None]:
+        args = self.Args.parse(class_args)
+        return args, constraint.load(args.constraint, args.constraint_args)
 
     # ------------------------------------------------------------------ what subclasses give
 
@@ -144,10 +141,23 @@ class PopulationTuner(Tuner):
             self._replay_journal()
 
     def load_checkpoint(self) -> None:
-        """NNI calls this when the experiment is resumed: read the proposal journal back (the
-        configurations are marked once the search space arrives)."""
-        self._resumed = self.journal.read()
-        _logger.info("resume: %d proposals in the journal %s", len(self._resumed), self.journal.path)
+        """NNI calls this when the experiment is resumed: read the proposal journal back."""
+        proposals = self.journal.read()
+        _logger.info("resume: %d proposals in the journal %s", len(proposals), self.journal.path)
+        self.resume(proposals)
+
+    def resume(self, proposals: list[dict[str, Any]]) -> None:
+        """Proposals (trial parameters) handed out before a resume: each counts as a failure
+        until a result for it is imported, so none is proposed again. Marked at once, or when
+        the search space arrives."""
+        self._resumed = list(proposals)
+        if self.space is not None:
+            self._replay_journal()
+
+    def embed(self) -> None:
+        """This tuner runs inside another that journals the proposals (the network tuner): it
+        keeps no journal of its own."""
+        self.journal = Journal(None)
 
     def _replay_journal(self) -> None:
         """Every journalled configuration counts as a failure until a result for it is imported:

@@ -103,6 +103,11 @@ def optional_seed(name: str, value: Any) -> int | None:
     return int(value)
 
 
+def seed_or_drawn(seed: int | None) -> int:
+    """The ``seed`` classArg's value, or one drawn from the OS when it was left out."""
+    return seed if seed is not None else int(np.random.default_rng().integers(2**31))
+
+
 def mapping(name: str, value: Any) -> dict[str, Any]:
     if value is None:
         return {}

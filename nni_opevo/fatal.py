@@ -18,7 +18,9 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 _logger = logging.getLogger(__name__)
 
@@ -75,6 +77,18 @@ def guard(method: Callable[..., Any]) -> Callable[..., Any]:
             raise
 
     return guarded
+
+
+def parse_or_defer(tuner: Any, parse: Callable[[], T], placeholder: Callable[[], T]) -> T:
+    """A tuner's construction from its classArgs: ``parse()``, whose ValueError names the bad
+    classArg; inside NNI's dispatcher that error is kept for the first call (``defer``) and
+    ``placeholder()`` stands in meanwhile."""
+    try:
+        return parse()
+    except ValueError as e:
+        if not defer(tuner, e):
+            raise
+        return placeholder()
 
 
 def defer(tuner: Any, error: Exception) -> bool:

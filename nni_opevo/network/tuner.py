@@ -38,7 +38,7 @@ from nni.tuner import Tuner
 
 from .. import fatal, registry
 from ..base import PopulationTuner, parse_records
-from ..class_args import SearchArgs, arg, document, fail, flag, mapping, one_of
+from ..class_args import SearchArgs, arg, document, fail, flag, mapping, one_of, seed_or_drawn
 from ..fitness import objective
 from ..journal import Journal
 from ..space.parameters import SpaceError
@@ -94,14 +94,8 @@ class NetworkTuner(Tuner):
     Args = NetworkArgs
 
     def __init__(self, **class_args: Any) -> None:
-        try:
-            self.args = NetworkArgs.parse(class_args)
-        except ValueError as e:
-            if not fatal.defer(self, e):
-                raise
-            self.args = NetworkArgs.parse({})  # placeholders: every call raises the deferred error
-        seed = self.args.seed
-        self.seed = seed if seed is not None else int(np.random.default_rng().integers(2**31))
+        self.args = fatal.parse_or_defer(self, lambda: NetworkArgs.parse(class_args), lambda: NetworkArgs.parse({}))
+        self.seed = seed_or_drawn(self.args.seed)
         self.key: str | None = None  # the top-level parameter whose options are the layers
         self.layers: dict[str, PopulationTuner] = {}
         self.allocator: allocation.Allocator | None = None
@@ -129,7 +123,7 @@ class NetworkTuner(Tuner):
                                         seed=self.seed + index, constraint=self.args.constraint,
                                         constraint_args={**self.args.constraint_args, "layer": name}
                                         if self.args.constraint else {})
-                self.layers[name].journal = Journal(None)  # the network journals whole proposals (below)
+                self.layers[name].embed()  # the network journals whole proposals (below)
             self.layers[name].update_search_space(space)
         if self.args.transfer:
             self._introduce_kin()
@@ -159,15 +153,14 @@ class NetworkTuner(Tuner):
 
     def _replay_journal(self) -> None:
         """Hand each layer's tuner its journalled proposals, which it counts as failures until
-        their results are imported (``PopulationTuner._replay_journal``)."""
+        their results are imported (``PopulationTuner.resume``)."""
         per_layer: dict[str, list[dict[str, Any]]] = {}
         for params in self._resumed:
             split = self._split(params)
             if split is not None:
                 per_layer.setdefault(split[0], []).append(split[1])
         for name, proposals in per_layer.items():
-            self.layers[name]._resumed = proposals
-            self.layers[name]._replay_journal()
+            self.layers[name].resume(proposals)
         self._resumed = []
 
     # ------------------------------------------------------------------ proposals

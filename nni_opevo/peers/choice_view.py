@@ -30,7 +30,7 @@ from nni.tuner import Tuner
 from .. import fatal
 from ..base import PROPOSALS_PER_TRIAL, RANDOM_DRAWS, REPORT_EVERY, parse_records
 from ..class_args import ConstraintArgs, arg, document, fail, mapping, positive_int
-from ..constraint import load
+from ..constraint import Constraint, load
 from ..space.parameters import ChoiceParameter, DiscreteParameter, FactorParameter, Parameter, PermParameter, SpaceError
 from ..space.search_space import SearchSpace
 
@@ -54,6 +54,11 @@ class ChoiceViewArgs(ConstraintArgs):
 
     def check(self) -> None:
         _builtin(self)
+
+
+def _parse(class_args: dict[str, Any]) -> tuple[ChoiceViewArgs, Constraint | None]:
+    args = ChoiceViewArgs.parse(class_args)
+    return args, load(args.constraint, args.constraint_args)
 
 
 def _builtin(args: ChoiceViewArgs) -> Tuner:
@@ -80,14 +85,8 @@ class ChoiceViewTuner(Tuner):
     Args = ChoiceViewArgs
 
     def __init__(self, **class_args: Any) -> None:
-        try:
-            self.args = ChoiceViewArgs.parse(class_args)
-            self.constraint = load(self.args.constraint, self.args.constraint_args)
-        except ValueError as e:
-            if not fatal.defer(self, e):
-                raise
-            self.args = ChoiceViewArgs.parse({"tuner": "Random"})  # placeholders: every call raises
-            self.constraint = None
+        self.args, self.constraint = fatal.parse_or_defer(self, lambda: _parse(class_args),
+                                                          lambda: (ChoiceViewArgs.parse({"tuner": "Random"}), None))
         self.name = self.args.tuner
         self.max_choices = self.args.max_choices
         self.inner = _builtin(self.args)
