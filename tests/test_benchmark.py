@@ -112,10 +112,10 @@ def test_live_cpu_kernels_run_in_parallel_and_report_real_times(tmp_path):
     rows = rows_of(out / "trials.csv")
     assert len(rows) == 4 and all(r["target"] == "llvm" or r["target"] == "cpu" for r in rows)
     measured = [r for r in rows if r["status"] == "NO_ERROR"]
+    assert measured, [r["status"] for r in rows]  # the quickstart's space with its constraint: kernels run
     assert all(float(r["tflops"]) > 0 and float(r["seconds"]) > 0 for r in measured)
-    spans = sorted((float(r["started_s"]), float(r["finished_s"])) for r in rows if r["status"] == "NO_ERROR")
-    if len(spans) >= 2:  # two builds at a time: the first two overlap
-        assert spans[1][0] < spans[0][1]
+    spans = sorted((float(r["started_s"]), float(r["finished_s"])) for r in rows)
+    assert spans[1][0] < spans[0][1]  # two trials at a time: the first two overlap
 
 
 def test_unknown_tuner_fails_before_running(tmp_path):

@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,9 +54,8 @@ def test_same_device_measurements_never_overlap(tmp_path, monkeypatch):
 def test_other_devices_are_not_blocked(tmp_path, monkeypatch):
     monkeypatch.setenv("NNI_OPEVO_LOCK_DIR", str(tmp_path))
     with held("cuda-0", 30):
-        start = time.perf_counter()
-        with exclusive("cuda-1"):
-            assert time.perf_counter() - start < 1
+        with exclusive("cuda-1", timeout=0):  # one try: DeviceBusy if cuda-0's holder blocked it
+            pass
 
 
 def test_a_killed_holder_releases_the_device(tmp_path, monkeypatch):
@@ -66,9 +64,8 @@ def test_a_killed_holder_releases_the_device(tmp_path, monkeypatch):
     assert holder.stdout.readline().strip() == "held"
     holder.kill()
     holder.wait()
-    start = time.perf_counter()
-    with exclusive("cpu"):
-        assert time.perf_counter() - start < 5
+    with exclusive("cpu", timeout=0):  # free at once: DeviceBusy if the dead holder kept it
+        pass
 
 
 def test_waiting_for_a_held_device_is_bounded(tmp_path, monkeypatch):
@@ -78,11 +75,9 @@ def test_waiting_for_a_held_device_is_bounded(tmp_path, monkeypatch):
 
     monkeypatch.setenv("NNI_OPEVO_LOCK_DIR", str(tmp_path))
     with held("cpu", 60):
-        start = time.perf_counter()
         with pytest.raises(DeviceBusy, match="device cpu stayed busy .* for 0.5 s"):
             with exclusive("cpu", timeout=0.5):
                 pass
-        assert 0.5 <= time.perf_counter() - start < 3
 
 
 def test_the_default_lock_folder_is_the_users_own(tmp_path, monkeypatch):

@@ -50,10 +50,14 @@ def inject(tmp_path: Path, env: dict, code: str) -> dict:
     return {**env, "PYTHONPATH": f"{folder}{os.pathsep}{env.get('PYTHONPATH', '')}"}
 
 
+def trial_command(*flags: str) -> list[str]:
+    return [sys.executable, "-m", "trial_code.trial", "--workload", "MM_small", "--target", "cpu",
+            "--params", json.dumps(PARAMS), *flags]
+
+
 def trial(env: dict, *flags: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "trial_code.trial", "--workload", "MM_small", "--target", "cpu",
-                             "--params", json.dumps(PARAMS), *flags], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(trial_command(*flags), env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
 
 def workers(lock_dir: str) -> list[psutil.Process]:
@@ -121,29 +125,27 @@ def test_a_killed_worker_is_a_reported_failure(tmp_path, env):
 
 
 def test_a_segfaulting_kernel_is_a_reported_failure(tmp_path, env):
-    out = subprocess.run(trial(inject(tmp_path, env, SEGFAULT)).args, env=inject(tmp_path, env, SEGFAULT), cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(trial_command(), env=inject(tmp_path, env, SEGFAULT), cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
     report = json.loads(out.stdout)
     assert report["status"] == "RUNTIME_DEVICE" and "worker died (signal 11)" in report["error"], report
 
 
 def test_a_hanging_kernel_is_killed_at_the_run_timeout(tmp_path, env):
-    started = time.time()
     process = trial(inject(tmp_path, env, HANG), "--run-timeout", "3")
     out, _ = process.communicate(timeout=300)
     report = json.loads(out)
     assert report["status"] == "RUN_TIMEOUT" and "3 s limit" in report["error"]
-    assert time.time() - started < 120 and gone(env["NNI_OPEVO_LOCK_DIR"])
+    assert gone(env["NNI_OPEVO_LOCK_DIR"])
 
 
 def test_a_device_held_elsewhere_is_device_busy_within_the_lock_timeout(tmp_path, env):
     with exclusive("cpu"):
-        started = time.time()
         process = trial(env, "--lock-timeout", "2")
         out, _ = process.communicate(timeout=300)
     report = json.loads(out)
-    assert report["status"] == "DEVICE_BUSY" and "stayed busy" in report["error"] and report["default"] == 0.0
-    assert time.time() - started < 120
+    assert report["status"] == "DEVICE_BUSY" and "stayed busy" in report["error"] and "for 2 s" in report["error"]
+    assert report["default"] == 0.0
     # A CPU trial waits for the device before it builds: its build would share the cores that
     # the holder's kernel is timed on.
     assert report["build_s"] is None
