@@ -512,8 +512,7 @@ def test_local_steps_follow_a_ridge_of_the_tiles_product():
     transpose, two steps away in single sizes, each through a slow tile. The local steps
     include diagonal ones (one size doubled, another halved), so from the planted 4 x 2 every
     seed measures the optimum within the random start plus the best's neighbourhood (its 9
-    single and 4 diagonal steps); without them, at most 2 of these 6 seeds do (1 when written:
-    seeds 0-5 took 8-16 trials with them, 13-31 without)."""
+    single and 4 diagonal steps); without them, at most 2 of these 6 seeds do."""
     space = {"block": {"_type": "discrete", "_value": [16, 32, 48, 64, 128]},
              "tx": {"_type": "discrete", "_value": [1, 2, 3, 4]},
              "ty": {"_type": "discrete", "_value": [1, 2, 3, 4]},

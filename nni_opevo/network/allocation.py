@@ -12,10 +12,8 @@ a backward difference over the layer's last ``window`` trials (how fast it is im
 with an optimistic forward guess (its latency could fall to zero in as many trials again), and
 with probability ``epsilon`` a random layer instead (Ansor's defaults: alpha 0.2, window 3,
 epsilon 0.05). Ansor's similarity term (a layer's latency could also fall to twice what it would
-be at the best throughput of the layers of its template) was tried and dropped on 2026-11-24:
-on ResNet-18 it hardly gave the small 1x1 layers more trials, moved about five a run to R7 (a
-stride-2 convolution), mostly from R2 and R6, and its networks were no faster
-(docs/results/network-resnet18-allocators). The warm-up gives a layer up to ``WARMUP`` trials
+be at the best throughput of the layers of its template) is left out: on ResNet-18 it made the
+tuned networks no faster (docs/results/network-resnet18-allocators). The warm-up gives a layer up to ``WARMUP`` trials
 to find a working kernel; a layer that has none after them gets only the random share. Layers
 whose tuner has nothing left to propose are skipped.
 """
