@@ -1,5 +1,5 @@
 """Each finished network run's kernels built into the whole network and timed as one program
-(``trial_code.network_graph``), beside the sum over layers that the curves show.
+(``trial_code.networks.graph``), beside the sum over layers that the curves show.
 
 Measured once per run when it ends (for our tuners from the best configuration of each layer in
 the CSV, so a run finished before can be measured later; for MetaSchedule from its database,
@@ -49,7 +49,7 @@ def record(out: Path, network: str, target: Target, tuner: str, seed: str, limit
     """Build and time ``network`` with each layer's kernel from ``scheduled`` (layer -> PrimFunc)
     or ``params`` (layer -> configuration), else at TVM's default schedule, and append its row
     unless it has one."""
-    from trial_code import network_graph
+    from trial_code.networks import graph as network_graph
 
     if not network_graph.has_graph(network) or (network, target.kind, tuner, seed) in read(out):
         return

@@ -132,8 +132,8 @@ class Session:
 
     def time_round(self, run: Run) -> list[dict[str, Any]]:
         """One round of ``run``: each layer alone, the network's calls, the whole inference."""
-        from trial_code import network_graph
         from trial_code.measure import time_kernel
+        from trial_code.networks import graph as network_graph
 
         key = (run.tuner, run.seed)
         if key not in self.programs:
@@ -205,7 +205,7 @@ def medians(rows: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, dict[
 
 def _total(layers: dict[str, dict[str, float]], column: str) -> float:
     """Sum over tunable layers of count x the column (NaN where a layer lacks it)."""
-    from trial_code.network_graph import OTHER
+    from trial_code.networks.graph import OTHER
 
     return sum(m["count"] * m.get(column, np.nan) for name, m in layers.items() if name not in (OTHER, WHOLE))
 
@@ -218,7 +218,7 @@ def _mean_std(values: list[float]) -> str:
 
 
 def write_table(out: Path, network: str, target: str) -> None:
-    from trial_code.network_graph import OTHER
+    from trial_code.networks.graph import OTHER
 
     rows = [r for r in read_rows(out / FILE) if r["network"] == network and r["target"] == target]
     found = medians(rows)
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=Limits.repeat, help="repeats per timing (median)")
     parser.add_argument("--min-repeat-ms", type=int, default=Limits.min_repeat_ms)
     args = parser.parse_args(argv)
-    from trial_code import network_graph
+    from trial_code.networks import graph as network_graph
 
     if not network_graph.has_graph(args.network):
         raise SystemExit(f"--network {args.network}: only {', '.join(network_graph.GRAPHS)} are built whole")

@@ -170,7 +170,7 @@ def _whole_network(network: str, layers: list[LayerBest], target: targets.Target
                    ) -> tuple[float | None, str]:
     """The network with each layer's chosen kernel built as one program and timed (a named
     network only: ``network_graph``); (latency, "") or (None, why not)."""
-    from trial_code import network_graph
+    from trial_code.networks import graph as network_graph
 
     if not network_graph.has_graph(network):
         return None, ""

@@ -1,4 +1,4 @@
-"""The whole network as one TVM program (``trial_code.network_graph``): the named networks' graphs
+"""The whole network as one TVM program (``trial_code.networks.graph``): the named networks' graphs
 agree with their layer lists, tuned kernels in a built network compute what TVM's own operators
 do, a wrong kernel is caught, the export builds the chosen kernels, and the benchmark tunes a
 network with both allocators and MetaSchedule and builds every run's final kernels beside the sum,
@@ -14,8 +14,9 @@ from feasible import feasible
 
 from nni_opevo_tools import network_export
 from nni_opevo_tools.experiment_client import Ranking
-from trial_code import network_graph, networks, targets, workloads
+from trial_code import networks, targets, workloads
 from trial_code.evaluate import Limits
+from trial_code.networks import graph as network_graph
 from trial_code.templates import for_workload
 
 CPU = targets.cpu()

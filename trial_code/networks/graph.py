@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from . import kernel, networks
-from .device_lock import exclusive
-from .evaluate import Limits
-from .measure import device_of
-from .targets import Target
-from .templates import for_workload
+from .. import kernel, networks
+from ..device_lock import exclusive
+from ..evaluate import Limits
+from ..measure import device_of
+from ..targets import Target
+from ..templates import for_workload
 
 OPAQUE = 8
 """Relax's ``OpPatternKind::kOpaque``: FuseOps leaves a function with this pattern alone."""

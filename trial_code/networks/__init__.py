@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .workloads import NAMED, Workload, make
+from ..workloads import NAMED, Workload, make
 
 KEY = "layer"
 """The search-space parameter whose options are a network's layers (``nni_opevo.network.tuner``)."""
@@ -129,7 +129,7 @@ def split(params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def space(network: str, target_kind: str) -> dict[str, Any]:
     """The network's search space: one choice of its layers, each with its template's space."""
-    from .templates import for_workload
+    from ..templates import for_workload
 
     return {KEY: {"_type": "choice", "_value": [
         {"_name": x.name, **for_workload(x.workload).space(x.workload, target_kind)} for x in lookup(network)]}}
