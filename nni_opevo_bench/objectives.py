@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
+from nni_opevo.testing.landscapes import tiled_matmul
 from trial_code import constraint, networks
 from trial_code.evaluate import Limits, evaluate
 from trial_code.targets import Target
@@ -20,7 +21,6 @@ from trial_code.templates import for_workload
 from trial_code.workloads import lookup
 
 from . import tuning_cache
-from .synthetic import tiled_matmul
 from .table import read_rows
 
 UNRECORDED = "UNRECORDED"

@@ -34,8 +34,7 @@ import numpy as np
 from nni.tuner import Tuner
 
 from nni_opevo import SearchSpace, catalog
-
-from .synthetic import tiled_matmul
+from nni_opevo.testing.landscapes import tiled_matmul
 
 TUNERS = list(catalog.CATALOG)
 

@@ -5,7 +5,7 @@ from typing import Any
 
 import nni
 
-from nni_opevo_bench.synthetic import tiled_matmul
+from nni_opevo.testing.landscapes import tiled_matmul
 
 SHAPE = dict(n=256, m=256, k=256, seed=0)
 

@@ -10,8 +10,8 @@ def first_factor_at_most(params: dict[str, Any], name: str = "f", most: int = 4)
 
 
 def tiled_limits(params: dict[str, Any]) -> bool:
-    """The synthetic tiled MatMul's launch limits (nni_opevo_bench.synthetic), as a kernel's restrictions."""
-    from nni_opevo_bench.synthetic import _valid
+    """The synthetic tiled MatMul's launch limits (nni_opevo.testing.landscapes), as a kernel's restrictions."""
+    from nni_opevo.testing.landscapes import _valid
 
     return _valid(params["tile_n"], params["tile_m"], params["tile_k"])
 

@@ -13,7 +13,7 @@ from nni import NoMoreTrialError
 
 from nni_opevo import AutoTVMTuner, ChoiceViewTuner, GBFSTuner, NA2CTuner, NoSETuner, OpEvoTuner, SearchSpace, testing
 from nni_opevo.constraint import ConstraintError
-from nni_opevo_bench.synthetic import tiled_matmul
+from nni_opevo.testing.landscapes import tiled_matmul
 from trial_code import constraint as trial_constraint
 from trial_code import targets, workloads
 from trial_code.templates import for_workload

@@ -14,7 +14,7 @@ from nni_opevo.fitness import Fitness, objective
 from nni_opevo.opevo.operators import breed
 from nni_opevo.space.parameters import FactorParameter
 from nni_opevo.space.search_space import SearchSpace
-from nni_opevo_bench.synthetic import tiled_matmul
+from nni_opevo.testing.landscapes import tiled_matmul
 
 # Deterministic runs: the simulated clock ignores the tuners' real time, which varies with
 # the machine's load and would reorder which trial finishes first.
@@ -555,7 +555,7 @@ def test_screened_beats_random_search_early():
     constraint), against random search with the same constraint. A sign test over the landscapes
     where one is better (ties, both at the peak, say nothing): the chance that a tuner no better
     than random wins that often is computed and must be below 1 %."""
-    from nni_opevo_bench.synthetic import tiled_matmul as landscape
+    from nni_opevo.testing.landscapes import tiled_matmul as landscape
 
     wins = decided = 0
     for seed in range(12):

@@ -31,7 +31,7 @@ from nni_opevo.peers.diversity import diverse_batch
 from nni_opevo.peers.knn import KnnSurrogate
 from nni_opevo.population import Population
 from nni_opevo.space.search_space import SearchSpace
-from nni_opevo_bench.synthetic import tiled_matmul
+from nni_opevo.testing.landscapes import tiled_matmul
 
 # Deterministic runs: the simulated clock ignores the tuners' real time, which varies with
 # the machine's load and would reorder which trial finishes first.

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from nni_opevo.space.parameters import FactorParameter
+from ..space.parameters import FactorParameter
 
 
 def tiled_matmul(
