@@ -32,14 +32,14 @@ import logging
 import math
 from abc import abstractmethod
 from collections.abc import Hashable, Iterable, Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from nni import NoMoreTrialError
 from nni.tuner import Tuner
 
 from . import constraint, fatal
-from .class_args import SearchArgs, document, seed_or_drawn
+from .class_args import ConstraintArgs, SearchArgs, document, seed_or_drawn
 from .fitness import Fitness
 from .journal import Journal
 from .population import Population
@@ -47,6 +47,8 @@ from .space.search_space import Config, ConfigKey, SearchSpace
 from .space.steps import nearest_usable
 
 _logger = logging.getLogger(__name__)
+
+A = TypeVar("A", bound=ConstraintArgs)
 
 SEARCH_EXPANSIONS = 500
 RANDOM_DRAWS = 256
@@ -73,7 +75,7 @@ class PopulationTuner(Tuner):
             document(cls, cls.Args)
 
     def __init__(self, **class_args: Any) -> None:
-        self.args, self.constraint = fatal.parse_or_defer(self, lambda: self._parse(class_args),
+        self.args, self.constraint = fatal.parse_or_defer(self, lambda: parse_class_args(self.Args, class_args),
                                                           lambda: (self.Args.parse({}), None))
         self.optimize_mode = self.args.optimize_mode
         self.seed = seed_or_drawn(self.args.seed)
@@ -85,10 +87,6 @@ class PopulationTuner(Tuner):
         self.journal = Journal(self.get_checkpoint_path())
         self._resumed: list[dict[str, Any]] = []  # journalled proposals of the run before a resume
         self._accept_customized_trials()
-
-    def _parse(self, class_args: dict[str, Any]) -> tuple[SearchArgs, constraint.Constraint | None]:
-        args = self.Args.parse(class_args)
-        return args, constraint.load(args.constraint, args.constraint_args)
 
     # ------------------------------------------------------------------ what subclasses give
 
@@ -332,6 +330,13 @@ class PopulationTuner(Tuner):
                 if len(out) == limit:
                     break
         return list(out.values())
+
+
+def parse_class_args(declaration: type[A], class_args: dict[str, Any]) -> tuple[A, constraint.Constraint | None]:
+    """The classArgs checked against their declaration, and the constraint they name loaded;
+    ValueError naming the bad one."""
+    args = declaration.parse(class_args)
+    return args, constraint.load(args.constraint, args.constraint_args)
 
 
 def parse_records(data: Any) -> tuple[list[dict[str, Any]], int]:

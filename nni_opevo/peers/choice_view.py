@@ -28,9 +28,8 @@ from nni.tools.package_utils import tuner_factory
 from nni.tuner import Tuner
 
 from .. import fatal
-from ..base import PROPOSALS_PER_TRIAL, RANDOM_DRAWS, REPORT_EVERY, parse_records
+from ..base import PROPOSALS_PER_TRIAL, RANDOM_DRAWS, REPORT_EVERY, parse_class_args, parse_records
 from ..class_args import ConstraintArgs, arg, document, fail, mapping, positive_int
-from ..constraint import Constraint, load
 from ..space.parameters import ChoiceParameter, DiscreteParameter, FactorParameter, Parameter, PermParameter, SpaceError
 from ..space.search_space import SearchSpace
 
@@ -54,11 +53,6 @@ class ChoiceViewArgs(ConstraintArgs):
 
     def check(self) -> None:
         _builtin(self)
-
-
-def _parse(class_args: dict[str, Any]) -> tuple[ChoiceViewArgs, Constraint | None]:
-    args = ChoiceViewArgs.parse(class_args)
-    return args, load(args.constraint, args.constraint_args)
 
 
 def _builtin(args: ChoiceViewArgs) -> Tuner:
@@ -85,7 +79,7 @@ class ChoiceViewTuner(Tuner):
     Args = ChoiceViewArgs
 
     def __init__(self, **class_args: Any) -> None:
-        self.args, self.constraint = fatal.parse_or_defer(self, lambda: _parse(class_args),
+        self.args, self.constraint = fatal.parse_or_defer(self, lambda: parse_class_args(ChoiceViewArgs, class_args),
                                                           lambda: (ChoiceViewArgs.parse({"tuner": "Random"}), None))
         self.name = self.args.tuner
         self.max_choices = self.args.max_choices
