@@ -49,14 +49,25 @@ def test_cuda_kernel_generates_and_compiles_to_cubin(workload):
 
 @needs_nvcc
 def test_cuda_shared_memory_matches_the_static_estimate():
-    """The static check's shared-memory figure is what the generated kernel declares, so
-    feasibility is decided right without building."""
+    """The static check's shared-memory figure is what the lowered kernel allocates (the GEMM's
+    dynamic shared memory, doubled by its double buffer, included), so feasibility is decided
+    right without building."""
     import re
 
-    for workload in (workloads.lookup("C2"), workloads.lookup("MM1")):
+    import tvm
+
+    for workload, double in ((workloads.lookup("C2"), 0), (workloads.lookup("MM1"), 0), (workloads.lookup("MM1"), 1),
+                             (workloads.lookup("BMM3"), 1)):
         params = feasible(workload, CUDA, seed=5)
-        source = kernel.source(kernel.build(kernel.scheduled(workload, params, CUDA), CUDA), CUDA)
-        declared = 4 * sum(int(n) for n in re.findall(r"__shared__ [^;]*float \w+\[(\d+)\];", source))
+        if workload.family != "conv2d":
+            params["double_buffer"] = double
+        tvm_target = tvm.target.Target(CUDA.tvm_target())
+        lower, _, _ = tvm.tirx.get_default_tir_pipeline(tvm_target)
+        with tvm_target, tvm.transform.PassContext(config={"tirx.use_async_copy": True}):
+            script = lower(tvm.tirx.transform.BindTarget(tvm_target)(kernel.scheduled(workload, params, CUDA))).script()
+        allocated = sum(int(size) for size in re.findall(r'alloc_buffer\(\((\d+),\), "uint8", scope="shared.dyn"\)',
+                                                         script))
+        allocated += 4 * sum(int(size) for size in re.findall(r'alloc_shared\(\((\d+),\)', script))
         s = workload.shape
         if workload.family == "conv2d":
             f, y, x, rc, ry, rx = (params[k] for k in ("tile_f", "tile_y", "tile_x", "tile_rc", "tile_ry", "tile_rx"))
@@ -65,8 +76,8 @@ def test_cuda_shared_memory_matches_the_static_estimate():
             expected = 4 * rc[1] * (in_h * in_w + f[1] * f[2] * f[3] * ry[1] * rx[1])
         else:
             n, m, k = params["tile_n"], params["tile_m"], params["tile_k"]
-            expected = 4 * (n[1] * n[2] * n[3] + m[1] * m[2] * m[3]) * k[1] * k[2]
-        assert declared == expected
+            expected = 4 * (n[1] * n[2] * n[3] + m[1] * m[2] * m[3]) * k[2] * k[3] * (1 + double)
+        assert allocated == expected, (workload.name, params)
 
 
 @pytest.mark.parametrize("workload", SMALL, ids=lambda w: w.name)
@@ -195,7 +206,8 @@ def test_cpu_kernels_are_built_for_the_host_cpu(tmp_path):
 
 def test_statically_infeasible_config_is_rejected_without_building():
     workload = workloads.lookup("MM1")
-    params = {"tile_n": [1, 1, 64, 8], "tile_m": [1, 1, 32, 32], "tile_k": [1024, 1, 1], "inner_order": ["k", "n", "m"]}
+    params = {"tile_n": [1, 1, 64, 8], "tile_m": [1, 1, 32, 32], "tile_k": [1, 1024, 1, 1], "inner_order": ["k", "n", "m"],
+              "unroll": 0, "vector": 1, "double_buffer": 0}
     result = evaluate(workload, params, CUDA)
     assert result.status is Status.INSTANTIATION_ERROR and result.build_s is None  # no worker was started
     assert "threads per block 2048 exceeds the limit 1024" in result.error
@@ -318,7 +330,7 @@ def test_make_spaces_for_a_custom_shape_and_a_peer_tuner(tmp_path):
                        "experiments/pytest_custom/opevo.yml", "experiments/pytest_custom/opevo-cpu.yml",
                        "experiments/pytest_custom/gbfs.yml", "experiments/pytest_custom/gbfs-cpu.yml"]
     space = json.loads((tmp_path / "search_spaces/pytest_custom.cuda.json").read_text())
-    assert space["tile_b"]["_value"] == [3, 2] and space["tile_k"]["_value"] == [8, 3]
+    assert space["tile_b"]["_value"] == [3, 2] and space["tile_k"]["_value"] == [8, 4]
     import yaml
 
     config = yaml.safe_load((tmp_path / "experiments/pytest_custom/gbfs.yml").read_text())

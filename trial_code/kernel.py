@@ -34,7 +34,8 @@ def scheduled(workload: Workload, params: dict[str, Any] | None, target: Target)
     ``params`` None: TVM's default schedule, what a layer nobody tuned runs (the loop nest as
     the compute states it on the CPU; dlight's fallback, which binds it to threads, on CUDA)."""
     template = for_workload(workload)
-    module = tvm.IRModule({"main": te.create_prim_func(template.compute(workload))})
+    tensors = template.compute(workload, template.split(workload, params, target))
+    module = tvm.IRModule({"main": te.create_prim_func(tensors)})
     if params is None:
         if target.kind != "cuda":
             return module
@@ -48,8 +49,10 @@ def scheduled(workload: Workload, params: dict[str, Any] | None, target: Target)
 
 
 def build(module: Any, target: Target) -> Any:
-    """Compile to an executable. With a GPU visible this also compiles the CUDA code (NVRTC)."""
-    return tvm.compile(module, target=tvm.target.Target(target.tvm_target()))
+    """Compile to an executable. With a GPU visible this also compiles the CUDA code (NVRTC).
+    Shared-memory fills that a schedule pipelines asynchronously become ``cp.async``."""
+    with tvm.transform.PassContext(config={"tirx.use_async_copy": True}):
+        return tvm.compile(module, target=tvm.target.Target(target.tvm_target()))
 
 
 def source(executable: Any, target: Target) -> str:

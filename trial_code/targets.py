@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -22,8 +23,13 @@ MAX_CPU_VECTOR = 64
 # Likewise for an unrolled register-tile loop: its body is repeated this many times in the code.
 MAX_CPU_UNROLL = 64
 
+# Registers: 255 per thread at most, and 64 K per block (CUDA programming guide, table 21).
+MAX_REGISTERS_PER_THREAD = 255
+REGISTERS_PER_BLOCK = 65536
+
 # What an H100 reports, for compiling CUDA where no GPU is visible (CI, nvcc-only machines).
-H100 = {"arch": "sm_90a", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152}
+H100 = {"arch": "sm_90a", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
+        "max_shared_memory_optin": 232448}
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,10 @@ class Target:
     arch: str = ""  # CUDA: "sm_90a"
     max_threads_per_block: int = 0
     max_shared_memory_per_block: int = 0
+    """Static shared memory a block may declare (48 KB on every GPU since Kepler)."""
+    max_shared_memory_optin: int = 0
+    """Dynamic shared memory a block may use once the kernel opts in (227 KB on an H100); TVM's
+    CUDA runtime opts in for kernels that use more than 48 KB. 0: as the static limit."""
     device: str = "cpu"  # names the device's measurement lock: "cpu" or "cuda-<visible id>"
     has_device: bool = True  # False: CUDA code can be built but not run here
     mcpu: str = ""
@@ -49,6 +59,17 @@ class Target:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def shared_memory_limit(self) -> int:
+        """The most shared memory a block of a kernel using dynamic shared memory may have."""
+        return max(self.max_shared_memory_optin, self.max_shared_memory_per_block)
+
+    @property
+    def compute_capability(self) -> int:
+        """90 for sm_90a, 80 for sm_80; 0 for the CPU or an arch string that names none."""
+        found = re.match(r"sm_(\d+)", self.arch)
+        return int(found.group(1)) if found else 0
 
     @property
     def arch_name(self) -> str:
@@ -122,8 +143,9 @@ def _visible_gpu() -> dict[str, Any] | None:
         cuda_lib.cuDeviceGetAttribute(ctypes.byref(value), code, device)
         return value.value
 
-    # CU_DEVICE_ATTRIBUTE_: 1 MAX_THREADS_PER_BLOCK, 8 MAX_SHARED_MEMORY_PER_BLOCK, 75/76 CC major/minor.
+    # CU_DEVICE_ATTRIBUTE_: 1 MAX_THREADS_PER_BLOCK, 8 MAX_SHARED_MEMORY_PER_BLOCK, 75/76 CC major/minor,
+    # 97 MAX_SHARED_MEMORY_PER_BLOCK_OPTIN.
     major, minor = attribute(75), attribute(76)
     suffix = "a" if (major, minor) == (9, 0) else ""
     return {"arch": f"sm_{major}{minor}{suffix}", "max_threads_per_block": attribute(1),
-            "max_shared_memory_per_block": attribute(8)}
+            "max_shared_memory_per_block": attribute(8), "max_shared_memory_optin": attribute(97)}

@@ -45,8 +45,13 @@ class Template(ABC):
         """Floating-point operations of one run (a multiply-add counts 2)."""
 
     @abstractmethod
-    def compute(self, workload: Workload) -> list[Any]:
-        """TE tensors: the inputs, then the output."""
+    def compute(self, workload: Workload, split: int = 1) -> list[Any]:
+        """TE tensors: the inputs, then the output. ``split`` > 1: the reduction computed in that
+        many slices whose partial sums a second stage adds (split-K), where ``split`` allows it."""
+
+    def split(self, workload: Workload, params: dict[str, Any] | None, target: Target) -> int:
+        """How many slices ``compute`` splits the reduction into for these parameters (1: none)."""
+        return 1
 
     @abstractmethod
     def schedule(self, sch: Any, workload: Workload, params: dict[str, Any], target: Target) -> None:
@@ -90,13 +95,15 @@ def limit(what: str, value: int, most: int) -> None:
 
 
 def check_gpu_launch(target: Target, threads: list[int], vthreads: int, shared_bytes: int,
-                     grid_yz: list[int]) -> None:
-    """The classic GPU limits: threads per block, threadIdx.z, virtual threads, shared memory, grid."""
+                     grid_yz: list[int], dynamic_shared: bool = False) -> None:
+    """The classic GPU limits: threads per block, threadIdx.z, virtual threads, shared memory
+    (the opt-in limit for a kernel that uses dynamic shared memory), grid."""
     limit("threads per block", math.prod(threads), target.max_threads_per_block)
     if len(threads) == 3:
         limit("threadIdx.z extent", threads[0], MAX_BLOCK_DIM_Z)
     limit("virtual threads", vthreads, MAX_VTHREADS)
-    limit("shared memory bytes per block", shared_bytes, target.max_shared_memory_per_block)
+    limit("shared memory bytes per block", shared_bytes,
+          target.shared_memory_limit if dynamic_shared else target.max_shared_memory_per_block)
     for extent in grid_yz:
         limit("blockIdx.y/z extent", extent, MAX_GRID_DIM_YZ)
 

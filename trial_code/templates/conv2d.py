@@ -79,7 +79,7 @@ class Conv2dTemplate(Template):
         out_h, out_w = conv2d_output_hw(s)
         return 2.0 * s["batch"] * s["out_channels"] * out_h * out_w * s["in_channels"] * s["kernel_h"] * s["kernel_w"]
 
-    def compute(self, workload: Workload) -> list[Any]:
+    def compute(self, workload: Workload, split: int = 1) -> list[Any]:
         from tvm import te, tirx
 
         s = workload.shape

@@ -1,9 +1,16 @@
 """MatMul and BatchMatMul: one template, the batch axis being absent for MatMul.
 
-CUDA follows TVM's classic dense template (OpEvo paper, appendix B.1-B.2): N and M split in 4
-(blocks, virtual threads, threads, per-thread tile), K in 3 (shared-memory stage, register
-stage, inner), the batch in 2 (blocks, per-thread batches). ``inner_order`` permutes the
-per-thread loops (k inner, n tile, m tile), which changes the register-level code.
+CUDA follows TVM's classic dense template (OpEvo paper, appendix B.1-B.2), with what fast fp32
+GEMMs add to it. N and M split in 4 (blocks, virtual threads, threads, per-thread tile); the
+batch in 2 (blocks, per-thread batches); K in 4: split-K blocks (each computes a partial sum over
+its slice of K, and a second kernel adds them, for shapes with too few output tiles to fill the
+GPU), then the shared-memory stage loop, the register stage, and the inner loop. ``inner_order``
+permutes the per-thread loops (k inner, n tile, m tile). ``vector`` is the width of the global
+loads that fill shared memory (4: 128-bit ``ld.global.v4``); ``double_buffer`` pipelines those
+loads one stage ahead with ``cp.async`` (sm_80 and newer); ``unroll`` is TVM's explicit unroll
+limit for the block's loops, and unrolls the register stage whole when its multiply-adds fit.
+Shared memory is dynamic, so a block may use the opt-in limit (227 KB on an H100) rather than
+the 48 KB of static shared memory.
 The CPU variant tiles N and M in 3 (parallel, cache block, register tile) and K in 2, with
 ``block_order`` permuting the cache-block loops. The register tile is the micro-kernel of the
 fast CPU GEMMs: its N rows unrolled, its M columns vectorized, accumulated in a buffer of its own
@@ -18,21 +25,32 @@ from typing import Any
 
 import numpy as np
 
-from ..targets import Target
+from ..targets import MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK, Target
 from ..workloads import Workload
 from .base import (
+    Infeasible,
     Template,
     check_cpu_unroll,
     check_cpu_vector,
     check_gpu_launch,
-    cooperative_fetch,
     factors,
+    limit,
     loops_below,
+    one_of,
     order,
 )
 
 GPU_INNER = ["k", "n", "m"]
 CPU_BLOCK = ["k", "n", "m"]
+UNROLL_STEPS = (0, 16, 64, 512)
+VECTOR_LANES = (1, 2, 4)
+MAX_SPLIT_K = 16
+"""Split-K blocks at most: the partial sums take this many times the output's memory."""
+REGISTER_OVERHEAD = 40
+"""Registers a thread needs besides its accumulators and operand tiles (addresses, loop
+counters): calibrated so that no configuration the check admits spills (``tests``, ptxas -v)."""
+ASYNC_COPY_CC = 80
+"""``cp.async`` (the double buffer's copies) exists from compute capability 8.0 (Ampere)."""
 
 
 class GemmTemplate(Template):
@@ -46,8 +64,11 @@ class GemmTemplate(Template):
             space.update({
                 "tile_n": {"_type": "factor", "_value": [s["n"], 4]},
                 "tile_m": {"_type": "factor", "_value": [s["m"], 4]},
-                "tile_k": {"_type": "factor", "_value": [s["k"], 3]},
+                "tile_k": {"_type": "factor", "_value": [s["k"], 4]},
                 "inner_order": {"_type": "perm", "_value": GPU_INNER},
+                "unroll": {"_type": "discrete", "_value": list(UNROLL_STEPS)},
+                "vector": {"_type": "discrete", "_value": list(VECTOR_LANES)},
+                "double_buffer": {"_type": "choice", "_value": [0, 1]},
             })
             return space
         return {
@@ -60,14 +81,7 @@ class GemmTemplate(Template):
     def check(self, workload: Workload, params: dict[str, Any], target: Target) -> None:
         s = workload.shape
         if target.kind == "cuda":
-            b = factors(params, "tile_b", s["batch"], 2) if workload.family == "batch_matmul" else [1, 1]
-            n = factors(params, "tile_n", s["n"], 4)
-            m = factors(params, "tile_m", s["m"], 4)
-            k = factors(params, "tile_k", s["k"], 3)
-            order(params, "inner_order", GPU_INNER)
-            # Shared tiles are staged per batch: the per-thread batch loop encloses the K stages.
-            shared = 4 * (n[1] * n[2] * n[3] + m[1] * m[2] * m[3]) * k[1] * k[2]
-            check_gpu_launch(target, [n[2], m[2]], n[1] * m[1], shared, [n[0], b[0]])
+            self._check_cuda(workload, params, target)
         else:
             n = factors(params, "tile_n", s["n"], 3)
             m = factors(params, "tile_m", s["m"], 3)
@@ -76,11 +90,47 @@ class GemmTemplate(Template):
             check_cpu_unroll("tile_n", n[2])
             check_cpu_vector("tile_m", m[2])
 
+    @staticmethod
+    def _check_cuda(workload: Workload, params: dict[str, Any], target: Target) -> None:
+        s = workload.shape
+        b = factors(params, "tile_b", s["batch"], 2) if workload.family == "batch_matmul" else [1, 1]
+        n = factors(params, "tile_n", s["n"], 4)
+        m = factors(params, "tile_m", s["m"], 4)
+        k = factors(params, "tile_k", s["k"], 4)
+        order(params, "inner_order", GPU_INNER)
+        one_of(params, "unroll", UNROLL_STEPS)
+        lanes = one_of(params, "vector", VECTOR_LANES)
+        double = one_of(params, "double_buffer", (0, 1))
+        limit("split-K blocks (first of 'tile_k')", k[0], MAX_SPLIT_K)
+        if double and target.compute_capability < ASYNC_COPY_CC:
+            raise Infeasible(f"double_buffer 1 needs cp.async (sm_80 or newer), not {target.arch or 'this target'}")
+        # Shared tiles are staged per batch: the per-thread batch loop encloses the K stages.
+        tile_n, tile_m, stage_k = n[1] * n[2] * n[3], m[1] * m[2] * m[3], k[2] * k[3]
+        shared = 4 * (tile_n + tile_m) * stage_k * (2 if double else 1)
+        threads = n[2] * m[2]
+        check_gpu_launch(target, [n[2], m[2]], n[1] * m[1], shared, [n[0], b[0] * k[0]], dynamic_shared=True)
+        # A vector load reads ``lanes`` neighbours of a shared tile's contiguous axis, aligned when
+        # that axis and the global row it comes from are multiples of ``lanes``.
+        transposed_a, transposed_b = (letter == "T" for letter in s["layout"])
+        runs = {"A": (tile_n, s["n"]) if transposed_a else (stage_k, s["k"]),
+                "B": (stage_k, s["k"]) if transposed_b else (tile_m, s["m"])}
+        for operand, (run, row) in runs.items():
+            if run % lanes or row % lanes:
+                raise Infeasible(f"vector {lanes} does not divide the contiguous extent of the {operand} tile "
+                                 f"({run}) and of its rows in memory ({row})")
+        registers = n[1] * n[3] * m[1] * m[3] + k[3] * (n[1] * n[3] + m[1] * m[3]) + REGISTER_OVERHEAD
+        limit("estimated registers per thread", registers,
+              min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK // threads))
+
+    def split(self, workload: Workload, params: dict[str, Any] | None, target: Target) -> int:
+        """Split-K: the first factor of ``tile_k`` on CUDA."""
+        return int(params["tile_k"][0]) if params is not None and target.kind == "cuda" else 1
+
     def flops(self, workload: Workload) -> float:
         s = workload.shape
         return 2.0 * s["batch"] * s["n"] * s["m"] * s["k"]
 
-    def compute(self, workload: Workload) -> list[Any]:
+    def compute(self, workload: Workload, split: int = 1) -> list[Any]:
         from tvm import te
 
         s = workload.shape
@@ -88,51 +138,85 @@ class GemmTemplate(Template):
         lead = (s["batch"],) if workload.family == "batch_matmul" else ()
         a = te.placeholder(lead + ((k, n) if layout[0] == "T" else (n, k)), "float32", name="A")
         b = te.placeholder(lead + ((m, k) if layout[1] == "T" else (k, m)), "float32", name="B")
-        r = te.reduce_axis((0, k), name="k")
+        part = k // split
+        r = te.reduce_axis((0, part), name="k")
 
-        def body(*axes: Any) -> Any:
-            *bat, i, j = axes
-            x = a[(*bat, r, i)] if layout[0] == "T" else a[(*bat, i, r)]
-            y = b[(*bat, j, r)] if layout[1] == "T" else b[(*bat, r, j)]
-            return te.sum(x * y, axis=r)
+        def product(bat: list[Any], i: Any, j: Any, kk: Any) -> Any:
+            x = a[(*bat, kk, i)] if layout[0] == "T" else a[(*bat, i, kk)]
+            y = b[(*bat, j, kk)] if layout[1] == "T" else b[(*bat, kk, j)]
+            return x * y
 
-        c = te.compute(lead + (n, m), body, name="C")
+        if split == 1:
+            c = te.compute(lead + (n, m), lambda *ax: te.sum(product(ax[:-2], *ax[-2:], r), axis=r), name="C")
+            return [a, b, c]
+        # Split-K: partial sums over each slice of K, then their sum.
+        partial = te.compute((split, *lead, n, m),
+                             lambda p, *ax: te.sum(product(ax[:-2], *ax[-2:], p * part + r), axis=r), name="C_split")
+        q = te.reduce_axis((0, split), name="p")
+        c = te.compute(lead + (n, m), lambda *ax: te.sum(partial[(q, *ax)], axis=q), name="C")
         return [a, b, c]
 
     def schedule(self, sch: Any, workload: Workload, params: dict[str, Any], target: Target) -> None:
+        if target.kind == "cuda":
+            self._schedule_cuda(sch, workload, params)
+            return
         block = sch.get_sblock("C")
         *batch, i, j, k = sch.get_loops(block)
-        if target.kind == "cuda":
-            self._schedule_cuda(sch, block, batch, i, j, k, params)
-        else:
-            self._schedule_cpu(sch, block, batch, i, j, k, params)
+        self._schedule_cpu(sch, block, batch, i, j, k, params)
 
     @staticmethod
-    def _schedule_cuda(sch: Any, block: Any, batch: list[Any], i: Any, j: Any, k: Any, params: dict[str, Any]) -> None:
+    def _schedule_cuda(sch: Any, workload: Workload, params: dict[str, Any]) -> None:
+        split = params["tile_k"][0]
+        block = sch.get_sblock("C_split" if split > 1 else "C")
+        loops = sch.get_loops(block)
+        *outer, i, j, k = loops
+        if split > 1:
+            _add_partial_sums(sch, sch.get_sblock("C"))
         n0, n1, n2, n3 = sch.split(i, params["tile_n"])
         m0, m1, m2, m3 = sch.split(j, params["tile_m"])
-        k0, k1, k2 = sch.split(k, params["tile_k"])
+        k0, k1, k2 = sch.split(k, params["tile_k"][1:])
         inner = {"k": k2, "n": n3, "m": m3}
-        outer_b, inner_b = sch.split(batch[0], params["tile_b"]) if batch else (None, None)
-        sch.reorder(*[loop for loop in (outer_b, n0, m0, n1, m1, n2, m2, inner_b, k0, k1) if loop is not None],
+        # outer: the split-K slice (when split), then the batch (when batched).
+        batch = outer[-1] if workload.family == "batch_matmul" else None
+        outer_b, inner_b = sch.split(batch, params["tile_b"]) if batch is not None else (None, None)
+        blocks_z = [loop for loop in (outer[0] if split > 1 else None, outer_b) if loop is not None]
+        sch.reorder(*blocks_z, n0, m0, n1, m1, n2, m2, *([inner_b] if inner_b is not None else []), k0, k1,
                     *[inner[name] for name in params["inner_order"]])
-        if outer_b is not None:
-            sch.bind(outer_b, "blockIdx.z")
+        if blocks_z:
+            sch.bind(sch.fuse(*blocks_z) if len(blocks_z) > 1 else blocks_z[0], "blockIdx.z")
         sch.bind(n0, "blockIdx.y")
         sch.bind(m0, "blockIdx.x")
         sch.bind(n1, "vthread.y")
         sch.bind(m1, "vthread.x")
         sch.bind(n2, "threadIdx.y")
         sch.bind(m2, "threadIdx.x")
+        # The accumulators hold one batch's tile: indexed by the per-thread batch loop (which
+        # encloses the K loops and is never unrolled) they would live in local memory.
         accumulate = sch.cache_write(block, 0, "local")
-        sch.reverse_compute_at(accumulate, m2)
+        sch.reverse_compute_at(accumulate, inner_b if inner_b is not None else m2)
         threads = [(params["tile_n"][2], "threadIdx.y"), (params["tile_m"][2], "threadIdx.x")]
         for operand in (0, 1):
-            shared = sch.cache_read(block, operand, "shared")
+            shared = sch.cache_read(block, operand, "shared.dyn")
             sch.compute_at(shared, k0)
-            cooperative_fetch(sch, shared, k0, threads)
+            _vector_fetch(sch, shared, k0, threads, params["vector"])
             local = sch.cache_read(block, operand, "local")
             sch.compute_at(local, k1)
+        top = sch.get_loops(block)[0]
+        if params["unroll"]:
+            sch.annotate(top, "pragma_auto_unroll_max_step", params["unroll"])
+            sch.annotate(top, "pragma_unroll_explicit", 1)
+            # The register stage written out whole (an 8 x 8 tile over 8 K steps: 512 multiply-adds
+            # and no loop) when its multiply-adds are within the limit; TVM's own count includes
+            # the loads, and stops short of it.
+            n, m, k = params["tile_n"], params["tile_m"], params["tile_k"]
+            if k[2] * k[3] * n[1] * n[3] * m[1] * m[3] <= params["unroll"]:
+                sch.unroll(k1)
+        if params["double_buffer"]:
+            # k0's body: the two shared-memory fills, then the register stages. The fills run one
+            # stage ahead, asynchronously (cp.async), into a second buffer.
+            sch.annotate(k0, "software_pipeline_stage", [0, 0, 1])
+            sch.annotate(k0, "software_pipeline_order", [0, 1, 2])
+            sch.annotate(k0, "software_pipeline_async_stages", [0])
         sch.decompose_reduction(block, k0)
 
     @staticmethod
@@ -173,3 +257,31 @@ class GemmTemplate(Template):
         cols = b[index[:, 0], :, index[:, 2]]  # (S, K)
         products = rows * cols
         return products.sum(axis=1), np.abs(products).sum(axis=1)
+
+
+SUM_THREADS = 256
+"""Threads per block of the kernel that adds the split-K partial sums (a memory-bound sweep)."""
+
+
+def _add_partial_sums(sch: Any, block: Any) -> None:
+    """The split-K sum: one thread per output element, the slices added in a loop."""
+    *spatial, _ = sch.get_loops(block)
+    fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+    blocks, threads = sch.split(fused, [None, SUM_THREADS])
+    sch.bind(blocks, "blockIdx.x")
+    sch.bind(threads, "threadIdx.x")
+
+
+def _vector_fetch(sch: Any, block: Any, anchor: Any, threads: list[tuple[int, str]], lanes: int) -> None:
+    """Fill a shared-memory tile with all the block's threads, each loading ``lanes`` neighbours
+    at a time (one 128-bit load for 4): the copy loops below ``anchor`` fused, then split into
+    (rounds, the thread axes, lanes), so consecutive threads read consecutive vectors."""
+    copy_loops = loops_below(sch, block, anchor)
+    if not copy_loops:  # a single element: every thread loads it
+        return
+    fused = sch.fuse(*copy_loops) if len(copy_loops) > 1 else copy_loops[0]
+    _, *bound, vector = sch.split(fused, [None, *(extent for extent, _ in threads), lanes])
+    for loop, (_, tag) in zip(bound, threads):
+        sch.bind(loop, tag)
+    if lanes > 1:
+        sch.vectorize(vector)
