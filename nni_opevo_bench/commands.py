@@ -7,4 +7,5 @@ COMMANDS = {
     "profile": ("nni_opevo_bench.network_profile", "time a network run's final kernels alone and in the built network"),
     "overhead": ("nni_opevo_bench.overhead", "time and memory of each tuner's calls against history size"),
     "fingerprint": ("nni_opevo_bench.fingerprint", "record or check the hash of every tuner's proposals"),
+    "campaign": ("nni_opevo_bench.campaign", "the GPU campaign: correctness, vendor anchors, comparison, throughput"),
 }

@@ -75,15 +75,16 @@ class Live(Objective):
     kind = "live"
     live = True
 
-    def __init__(self, workload: str, target: Target, limits: Limits) -> None:
+    def __init__(self, workload: str, target: Target, limits: Limits, build_only: bool = False) -> None:
+        """``build_only``: build (and nvcc-compile CUDA) without running: a dry run's trials."""
         self.operator = lookup(workload)
-        self.device, self.limits = target, limits
+        self.device, self.limits, self.build_only = target, limits, build_only
         super().__init__(workload, target.kind, for_workload(self.operator).space(self.operator, target.kind))
         # What every generated experiment gives its tuner (``trial_code.constraint``).
         self.constraint = constraint.class_args(self.operator, target.kind)
 
     def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
-        result = evaluate(self.operator, params, self.device, self.limits)
+        result = evaluate(self.operator, params, self.device, self.limits, build_only=self.build_only)
         return {**result.report(), "seconds": result.total_s}
 
 

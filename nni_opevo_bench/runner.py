@@ -42,6 +42,12 @@ class Plan:
     seeds: list[int]
     budget: int
     concurrency: int
+    deadline: float | None = None
+    """``time.monotonic()`` after which no trial starts (those running finish and are written):
+    the same command later resumes where this one stopped."""
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
 
 class Progress:
@@ -67,7 +73,8 @@ class Progress:
         self.stream.flush()
 
 
-def run(plan: Plan, csv_path: Path, progress: bool = True) -> None:
+def run(plan: Plan, csv_path: Path, progress: bool = True) -> bool:
+    """Whether every run is complete (False: the plan's deadline stopped it first)."""
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     existing: dict[tuple[str, str, str], list[dict[str, str]]] = {}
     drop_partial_row(csv_path)
@@ -84,7 +91,10 @@ def run(plan: Plan, csv_path: Path, progress: bool = True) -> None:
             for objective, tuner_spec, seed in runs:
                 rows = sorted(existing.get((objective.workload, tuner_spec, str(seed)), []),
                               key=lambda r: int(r["index"]))
-                _one(plan, objective, tuner_spec, seed, rows, writer, handle, bar, csv_path.parent)
+                if plan.past_deadline() or not _one(plan, objective, tuner_spec, seed, rows, writer, handle, bar,
+                                                    csv_path.parent):
+                    return False
+            return True
     except OSError as e:
         raise OSError(e.errno, f"cannot write {csv_path}: {e.strerror}; every trial written before is kept: make "
                                "room and run the same command again to resume") from e
@@ -109,7 +119,8 @@ def drop_partial_row(csv_path: Path) -> None:
 
 
 def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: list[dict[str, str]],
-         writer: csv.DictWriter, handle: TextIO, bar: Progress, out: Path) -> None:
+         writer: csv.DictWriter, handle: TextIO, bar: Progress, out: Path) -> bool:
+    """Whether the run is complete (its budget spent or its space exhausted)."""
     label = f"{objective.workload} {tuner_spec} seed {seed}"
     done = len(rows)
     best = max((float(r["tflops"]) for r in rows), default=0.0)
@@ -118,13 +129,13 @@ def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: lis
         bar.finished(label + " (already in the CSV)", done, best, started)
         if isinstance(objective, Network) and not metaschedule.is_peer(tuner_spec):
             _end_to_end(objective, tuner_spec, seed, out, params=network_end_to_end.best_params(rows))
-        return
+        return True
     if kernel_tuner_strategies.is_strategy(tuner_spec):
         _one_kernel_tuner(plan, objective, tuner_spec, seed, done, writer, handle, bar, label)
-        return
+        return True
     if metaschedule.is_peer(tuner_spec):
         _one_metaschedule(plan, objective, tuner_spec, seed, writer, handle, bar, label, out)
-        return
+        return True
     if objective.layers:  # a network: one tuner per layer behind the network tuner, weighted by the layers' counts
         weights = {layer.name: layer.count for layer in objective.layers}
         tuner = catalog.build_network(tuner_spec, weights, seed, extra=objective.constraint)
@@ -156,13 +167,16 @@ def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: lis
     try:
         result = drive(tuner, objective.space, objective, plan.budget - done, plan.concurrency, seed=seed,
                        duration=lambda params, report: float(report["seconds"]), pool=pool, on_finish=record,
-                       first_id=first_id, history=history)
+                       first_id=first_id, history=history, stop=plan.past_deadline if objective.live else None)
     finally:
         if pool is not None:
             pool.shutdown()
-    bar.finished(label + (" (space exhausted)" if result.exhausted else ""), done + len(result.trials), best, started)
-    if isinstance(objective, Network):
+    complete = result.exhausted or done + len(result.trials) >= plan.budget
+    note = " (space exhausted)" if result.exhausted else "" if complete else " (stopped at the deadline)"
+    bar.finished(label + note, done + len(result.trials), best, started)
+    if isinstance(objective, Network) and complete:
         _end_to_end(objective, tuner_spec, seed, out, params=network_end_to_end.best_params(written))
+    return complete
 
 
 def _end_to_end(objective: Network, tuner_spec: str, seed: int, out: Path, **kernels: Any) -> None:

@@ -40,25 +40,27 @@ class UnsafeLockFolder(RuntimeError):
 def lock_folder() -> str:
     override = os.environ.get("NNI_OPEVO_LOCK_DIR")
     if override:
-        return _checked(override, create_mode=0o700)
+        return own_folder(override)
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     base = os.path.join(runtime, "nni-opevo-locks") if runtime and os.path.isdir(runtime) else \
         os.path.join(tempfile.gettempdir(), f"nni-opevo-locks-{os.getuid()}")
-    return _checked(base, create_mode=0o700)
+    return own_folder(base)
 
 
-def _checked(folder: str, create_mode: int) -> str:
+def own_folder(folder: str) -> str:
+    """``folder``, created with mode 0700 if missing; UnsafeLockFolder when it is a link, not a
+    directory, or someone else's (a folder planted in a shared place)."""
     try:
-        os.mkdir(folder, create_mode)
+        os.mkdir(folder, 0o700)
     except FileExistsError:
         pass
     info = os.lstat(folder)
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise UnsafeLockFolder(f"the device-lock folder {folder} is a link or not a directory; remove it or set "
-                               "NNI_OPEVO_LOCK_DIR to a folder of your own")
+        raise UnsafeLockFolder(f"the folder {folder} is a link or not a directory; remove it (for the device locks, "
+                               "or set NNI_OPEVO_LOCK_DIR to a folder of your own)")
     if info.st_uid != os.getuid():
-        raise UnsafeLockFolder(f"the device-lock folder {folder} belongs to user {info.st_uid}, not to you "
-                               f"({os.getuid()}); set NNI_OPEVO_LOCK_DIR to a folder of your own")
+        raise UnsafeLockFolder(f"the folder {folder} belongs to user {info.st_uid}, not to you ({os.getuid()}); for "
+                               "the device locks set NNI_OPEVO_LOCK_DIR to a folder of your own")
     return folder
 
 

@@ -40,6 +40,10 @@ class Result:
     arch: str = ""
     """What the kernel was built for (CUDA arch or LLVM CPU name): a kernel tuned for one CPU or
     GPU is not the best, or not valid, on another; empty when nothing was built."""
+    wait_s: float | None = None
+    """Seconds the built kernel waited for the device's lock (None: it never waited for it)."""
+    measure_s: float | None = None
+    """Seconds the device was held to upload, check and time the kernel."""
 
     def report(self) -> dict[str, Any]:
         """The dict for ``nni.report_final_result``: 'default' is TFLOPS, 0.0 on any failure."""
@@ -61,20 +65,22 @@ class Limits:
 
 DEFAULT_LIMITS = Limits()
 def evaluate(workload: Workload, params: dict[str, Any] | None, target: Target, limits: Limits = DEFAULT_LIMITS,
-             build_only: bool = False, source_path: str | None = None) -> Result:
+             build_only: bool = False, source_path: str | None = None, unchecked: bool = False) -> Result:
     """``source_path``: where to write the generated kernel source (CUDA C or LLVM IR) once built.
-    ``params`` None evaluates TVM's default schedule (``kernel.scheduled``)."""
+    ``params`` None evaluates TVM's default schedule (``kernel.scheduled``). ``unchecked``: skip
+    the static feasibility check and let the device decide (how the GPU campaign compares the
+    check's limits with what the GPU accepts)."""
     start = time.perf_counter()
-    result = _evaluate(workload, params, target, limits, build_only, source_path)
+    result = _evaluate(workload, params, target, limits, build_only, source_path, unchecked)
     result.total_s = time.perf_counter() - start
     return result
 
 
 def _evaluate(workload: Workload, params: dict[str, Any] | None, target: Target, limits: Limits, build_only: bool,
-              source_path: str | None) -> Result:
+              source_path: str | None, unchecked: bool) -> Result:
     template = for_workload(workload)
     try:
-        if params is not None:
+        if params is not None and not unchecked:
             template.check(workload, params, target)
     except Infeasible as exc:
         return Result(Status.INSTANTIATION_ERROR, error=str(exc))
@@ -86,12 +92,20 @@ def _evaluate(workload: Workload, params: dict[str, Any] | None, target: Target,
            "source_path": source_path, "lock_timeout": limits.lock_timeout}
     with tempfile.TemporaryFile("w+") as stderr:
         events, returncode, timed_out = _run_worker(job, limits, stderr)
+        ended = time.monotonic()
         stderr.seek(0)
         tail = stderr.read()[-1500:].strip()
     built = next((e for e in events if e["event"] == "built"), None)
     build_s = built["build_s"] if built else None
     result = _verdict(workload, limits, events, returncode, timed_out, build_s, tail)
     result.arch = built["arch"] if built else ""
+    at = {e["event"]: e["at"] for e in events}
+    if "locked" in at:  # the CPU: the lock is taken before the build
+        result.wait_s = at["locked"] - at["waiting"]
+    elif "measuring" in at and "built" in at:
+        result.wait_s = at["measuring"] - at["built"]
+    if "measuring" in at:
+        result.measure_s = (at.get("done") or at.get("failed") or ended) - at["measuring"]
     return result
 
 
@@ -155,6 +169,7 @@ def _run_worker(job: dict[str, Any], limits: Limits, stderr: Any) -> tuple[list[
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 event = json.loads(line)
+                event["at"] = time.monotonic()
                 events.append(event)
                 # Each phase has its own limit from when it starts: building, waiting for the
                 # device (a margin past the worker's own lock timeout; on the CPU before the

@@ -95,35 +95,39 @@ def build_and_measure(job: dict[str, Any], holding: bool) -> None:
             handle.write(kernel.source(executable, target))
     if job.get("build_only"):
         return emit("done", status="NO_ERROR", latency_s=None, repeats_s=[])
+    from . import measure
+
+    prepared = measure.prepare(workload, job["seed"])  # before the wait: the lock is for the device only
     if holding:
         emit("measuring")
-        return measured(workload, executable, target, job)
+        return measured(workload, executable, target, job, prepared)
     try:
         with exclusive(target.device, job.get("lock_timeout")):
             emit("measuring")
-            return measured(workload, executable, target, job)
+            return measured(workload, executable, target, job, prepared)
     except DeviceBusy as exc:
         return fail("DEVICE_BUSY", exc)
 
 
-def measured(workload: Any, executable: Any, target: Any, job: dict[str, Any]) -> None:
+def measured(workload: Any, executable: Any, target: Any, job: dict[str, Any], prepared: Any) -> None:
     """Check and time the built kernel on the device (whose lock is held)."""
     from . import measure
 
     device = measure.device_of(target)
     try:
         function = executable["main"]
-        host, args = measure.arguments(workload, device, job["seed"])
+        args = measure.upload(prepared, device)
     except Exception as exc:  # loading the module onto the device
         return fail("COMPILE_DEVICE", exc)
     try:
-        measure.verify(workload, function, host, args, device, job["seed"])
+        measure.verify(workload, function, prepared.host, args, device, job["seed"], prepared)
     except measure.WrongAnswer as exc:
         return fail("WRONG_ANSWER", exc)
     except Exception as exc:
         return fail("RUNTIME_DEVICE", exc)
     try:
-        timing = measure.time_kernel(executable.mod, args, device, job["repeat"], job["min_repeat_ms"])
+        timing = measure.time_kernel(executable.mod, args, device, job["repeat"], job["min_repeat_ms"],
+                                     adaptive=target.kind == "cuda")
     except Exception as exc:
         return fail("RUNTIME_DEVICE", exc)
     emit("done", status="NO_ERROR", latency_s=timing.latency_s, repeats_s=timing.repeats_s)

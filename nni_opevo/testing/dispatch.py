@@ -118,11 +118,14 @@ def drive(
     first_id: int = 0,
     history: list[dict[str, Any]] | None = None,
     charge_tuner_time: bool = True,
+    stop: Callable[[], bool] | None = None,
 ) -> Run:
     """Run ``max_trials`` trials, ``concurrency`` at a time (see the module docstring).
     ``on_finish`` sees each trial as the tuner receives it. To resume an earlier run, pass its
     trials as ``history`` (``import_data``'s ``{"parameter", "value"}`` entries, as NNI's resume
-    does) and ``first_id`` past its parameter ids. ``charge_tuner_time``: see the module docstring."""
+    does) and ``first_id`` past its parameter ids. ``charge_tuner_time``: see the module docstring.
+    ``stop``: once it returns True no trial is started; those running finish and are received
+    (a run cut at a deadline ends with nothing measured in vain, and resumes from its history)."""
     clock: _SimulatedClock | _RealClock = (
         _RealClock(objective, pool) if pool is not None
         else _SimulatedClock(objective, duration, np.random.default_rng(seed), charge_tuner_time)
@@ -146,7 +149,7 @@ def drive(
     def request(n: int) -> None:
         nonlocal next_id
         n = min(n, max_trials - len(run.trials))
-        if n <= 0 or run.exhausted:
+        if n <= 0 or run.exhausted or (stop is not None and stop()):
             return
         ids = list(range(next_id, next_id + n))
         next_id += n
@@ -160,7 +163,7 @@ def drive(
             run.exhausted = True
 
     def start_sent() -> None:
-        while sent_later and len(run.trials) < max_trials:
+        while sent_later and len(run.trials) < max_trials and not (stop is not None and stop()):
             start(*sent_later.pop(0), 0.0)
 
     request(concurrency)

@@ -9,8 +9,8 @@ permutes the per-thread loops (k inner, n tile, m tile). ``vector`` is the width
 loads that fill shared memory (4: 128-bit ``ld.global.v4``); ``double_buffer`` pipelines those
 loads one stage ahead with ``cp.async`` (sm_80 and newer); ``unroll`` is TVM's explicit unroll
 limit for the block's loops, and unrolls the register stage whole when its multiply-adds fit.
-Shared memory is dynamic, so a block may use the opt-in limit (227 KB on an H100) rather than
-the 48 KB of static shared memory.
+Tiles past the 48 KB of static shared memory go to dynamic shared memory, up to the opt-in
+limit (227 KB on an H100).
 The CPU variant tiles N and M in 3 (parallel, cache block, register tile) and K in 2, with
 ``block_order`` permuting the cache-block loops. The register tile is the micro-kernel of the
 fast CPU GEMMs: its N rows unrolled, its M columns vectorized, accumulated in a buffer of its own
@@ -104,9 +104,8 @@ class GemmTemplate(Template):
         limit("split-K blocks (first of 'tile_k')", k[0], MAX_SPLIT_K)
         if double and target.compute_capability < ASYNC_COPY_CC:
             raise Infeasible(f"double_buffer 1 needs cp.async (sm_80 or newer), not {target.arch or 'this target'}")
-        # Shared tiles are staged per batch: the per-thread batch loop encloses the K stages.
         tile_n, tile_m, stage_k = n[1] * n[2] * n[3], m[1] * m[2] * m[3], k[2] * k[3]
-        shared = 4 * (tile_n + tile_m) * stage_k * (2 if double else 1)
+        shared = _shared_bytes(params)
         threads = n[2] * m[2]
         check_gpu_launch(target, [n[2], m[2]], n[1] * m[1], shared, [n[0], b[0] * k[0]], dynamic_shared=True)
         # A vector load reads ``lanes`` neighbours of a shared tile's contiguous axis, aligned when
@@ -158,14 +157,14 @@ class GemmTemplate(Template):
 
     def schedule(self, sch: Any, workload: Workload, params: dict[str, Any], target: Target) -> None:
         if target.kind == "cuda":
-            self._schedule_cuda(sch, workload, params)
+            self._schedule_cuda(sch, workload, params, target)
             return
         block = sch.get_sblock("C")
         *batch, i, j, k = sch.get_loops(block)
         self._schedule_cpu(sch, block, batch, i, j, k, params)
 
     @staticmethod
-    def _schedule_cuda(sch: Any, workload: Workload, params: dict[str, Any]) -> None:
+    def _schedule_cuda(sch: Any, workload: Workload, params: dict[str, Any], target: Target) -> None:
         split = params["tile_k"][0]
         block = sch.get_sblock("C_split" if split > 1 else "C")
         loops = sch.get_loops(block)
@@ -195,8 +194,11 @@ class GemmTemplate(Template):
         accumulate = sch.cache_write(block, 0, "local")
         sch.reverse_compute_at(accumulate, inner_b if inner_b is not None else m2)
         threads = [(params["tile_n"][2], "threadIdx.y"), (params["tile_m"][2], "threadIdx.x")]
+        # Dynamic shared memory only where static cannot hold the tiles (TVM's merging of
+        # dynamic allocations fails on one-element tiles, which static memory always holds).
+        scope = "shared.dyn" if _shared_bytes(params) > target.max_shared_memory_per_block else "shared"
         for operand in (0, 1):
-            shared = sch.cache_read(block, operand, "shared.dyn")
+            shared = sch.cache_read(block, operand, scope)
             sch.compute_at(shared, k0)
             _vector_fetch(sch, shared, k0, threads, params["vector"])
             local = sch.cache_read(block, operand, "local")
@@ -257,6 +259,13 @@ class GemmTemplate(Template):
         cols = b[index[:, 0], :, index[:, 2]]  # (S, K)
         products = rows * cols
         return products.sum(axis=1), np.abs(products).sum(axis=1)
+
+
+def _shared_bytes(params: dict[str, Any]) -> int:
+    """A CUDA block's shared memory: the A and B tiles of one K stage, twice when double-buffered.
+    The tiles are staged per batch: the per-thread batch loop encloses the K stages."""
+    n, m, k = params["tile_n"], params["tile_m"], params["tile_k"]
+    return 4 * (n[1] * n[2] * n[3] + m[1] * m[2] * m[3]) * k[2] * k[3] * (2 if params["double_buffer"] else 1)
 
 
 SUM_THREADS = 256
