@@ -374,3 +374,39 @@ def test_trial_parent_process_does_not_import_tvm():
     code = ("import sys; from trial_code import evaluate, trial; from nni_opevo_tools import make_spaces; "
             "assert 'tvm' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+
+
+def test_inputs_and_reference_are_made_once_and_read_back(tmp_path, monkeypatch):
+    """The first trial of a workload writes its inputs and float64 reference to the cache; the
+    next reads the same arrays; a file cut short is made anew; a cache folder that is a link is
+    not used (the trial makes its inputs itself)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    workload = workloads.lookup("MM_small")
+    first = measure.prepare(workload, seed=3)
+    files = list((tmp_path / "cache/nni-opevo/inputs").glob("*.npz"))
+    assert len(files) == 1
+    again = measure.prepare(workload, seed=3)
+    for a, b in zip([*first.host, first.expected, first.index], [*again.host, again.expected, again.index]):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(measure.prepare(workload, seed=4).host[0], first.host[0])
+    files[0].write_bytes(files[0].read_bytes()[:1000])  # a write cut off
+    np.testing.assert_array_equal(measure.prepare(workload, seed=3).expected, first.expected)
+    host, _ = measure.arguments(workload, measure.device_of(CPU), seed=3)
+    np.testing.assert_array_equal(host[0], first.host[0])  # the same inputs as trials always had
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "elsewhere"))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere/nni-opevo").symlink_to(tmp_path / "cache/nni-opevo")
+    np.testing.assert_array_equal(measure.prepare(workload, seed=5).host[1],
+                                  measure.arguments(workload, measure.device_of(CPU), seed=5)[0][1])
+    assert len(list((tmp_path / "cache/nni-opevo/inputs").glob("*.npz"))) == 2  # seeds 3 and 4, not 5
+
+
+def test_adaptive_timing_runs_a_fixed_number_per_repeat():
+    workload = workloads.lookup("MM_small")
+    executable = kernel.build(kernel.scheduled(workload, feasible(workload, CPU), CPU), CPU)
+    prepared = measure.prepare(workload, seed=0)
+    args = measure.upload(prepared, measure.device_of(CPU))
+    timing = measure.time_kernel(executable.mod, args, measure.device_of(CPU), repeat=3, min_repeat_ms=20,
+                                 adaptive=True)
+    assert len(timing.repeats_s) == 3 and timing.latency_s > 0

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,7 +104,7 @@ def prepare(workload: Workload, seed: int) -> Prepared:
             arrays = [stored[f"input{i}"] for i in range(len(inputs))]
             return Prepared(arrays, tuple(int(d) for d in stored["output_shape"]), stored["index"],
                             stored["expected"], stored["magnitude"])
-    except (OSError, KeyError, ValueError):  # not there yet, or cut short: made anew
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # not there yet, or cut short: made anew
         pass
     prepared = _make(workload, seed)
     try:  # written whole under a temporary name, then renamed: a reader never sees half a file
