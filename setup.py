@@ -6,14 +6,23 @@ extra), ``nni_opevo_tools`` (the launcher, the spaces generator, export and the 
 command) and ``nni_opevo_bench`` (the harness comparing tuners, which adds its subcommands to
 ``nni-opevo``). Tool settings (pytest, ruff) live in pyproject.toml.
 """
+import re
+
 from setuptools import find_packages, setup
+
+# The version is declared once, in the package (nni_opevo.__version__), and read here without importing it.
+VERSION = re.search(r'^__version__ = "([^"]+)"', open("nni_opevo/__init__.py", encoding="utf-8").read(), re.M).group(1)
 
 setup(
     name="nni-opevo",
-    version="0.1.0",
+    version=VERSION,
     description="OpEvo (Gao et al. 2021) as an NNI 3.0 tuner, with Apache TVM trial code for tensor operators",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
+    license="MIT",
+    license_files=["LICENSE"],
+    classifiers=["License :: OSI Approved :: MIT License", "Programming Language :: Python :: 3",
+                 "Topic :: Scientific/Engineering :: Artificial Intelligence"],
     python_requires=">=3.10",
     packages=find_packages(include=["nni_opevo", "nni_opevo.*", "trial_code", "trial_code.*",
                                     "nni_opevo_tools", "nni_opevo_tools.*", "nni_opevo_bench", "nni_opevo_bench.*"]),

@@ -9,4 +9,7 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade 'pip' 'setuptools<82'
 .venv/bin/python -m pip install -q -e '.[tvm]'
 export PATH="$PWD/.venv/bin:$PATH"  # trials run `python3` from this environment
-exec .venv/bin/python -m nni_opevo_tools.launch "$@"
+status=0
+.venv/bin/python -m nni_opevo_tools.launch "$@" || status=$?
+echo "nni-opevo and nnictl are in $PWD/.venv/bin: \`source .venv/bin/activate\` puts them on PATH."
+exit "$status"

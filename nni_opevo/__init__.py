@@ -14,7 +14,9 @@ from . import registry
 from .space.parameters import SpaceError
 from .space.search_space import SearchSpace
 
-__all__ = [*registry.exports(), "SearchSpace", "SpaceError"]
+__version__ = "0.2.0"
+"""The package's version, read by setup.py and printed by ``nni-opevo --version``."""
+__all__ = [*registry.exports(), "SearchSpace", "SpaceError", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 from nni.tuner import Tuner
 
 from . import registry
+from .suggest import unknown
 
 BUILTINS = "ChoiceView"
 """The registry's tuner that carries NNI's built-ins (its ``tuner`` classArg names one)."""
@@ -66,7 +67,7 @@ def parse(spec: str) -> tuple[str, dict[str, Any]]:
     """``name[:key=value,...]`` -> (catalog name, overrides); ValueError for an unknown name."""
     name, _, rest = spec.partition(":")
     if name not in CATALOG:
-        raise ValueError(f"unknown tuner {name!r}; known: {', '.join(CATALOG)}")
+        raise ValueError(unknown("tuner", name, CATALOG))
     return name, _overrides(spec, rest)
 
 

@@ -1,5 +1,6 @@
-"""``python -m nni_opevo.register``: register this package's tuners with nnictl, so that
-experiment configs can say ``tuner: {name: OpEvo}``. Runs ``nnictl algo register --meta`` on the
+"""Register this package's tuners with nnictl, so experiment configs can say ``tuner: {name: OpEvo}``.
+
+``python -m nni_opevo.register`` (``nni-opevo register``) runs ``nnictl algo register --meta`` on the
 packaged ``registration.yml``, which ``registry.registration_yaml`` generates (NNI keeps the
 registry under its config directory, ``NNI_CONFIG_DIR`` when set, else the active virtual
 environment's ``nni/`` folder)."""

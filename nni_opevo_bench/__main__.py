@@ -1,4 +1,4 @@
-"""``python -m nni_opevo_bench``: compare tuners, then draw the figures and tables.
+"""Compare tuners, then draw the figures and tables (``nni-opevo benchmark``, ``python -m nni_opevo_bench``).
 
     # CI-sized: synthetic landscapes, two tuners, two seeds
     python -m nni_opevo_bench --objective synthetic --workloads SYN1 --tuners opevo gbfs \\
@@ -73,8 +73,8 @@ def machine(args: argparse.Namespace) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m nni_opevo_bench", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(prog="nni-opevo benchmark", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 1)[1])
     parser.add_argument("--objective", choices=("synthetic", "live", "recorded", "cache", "network"),
                         default="synthetic")
     parser.add_argument("--workloads", nargs="+", default=["SYN1"],

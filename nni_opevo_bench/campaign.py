@@ -1,4 +1,6 @@
-"""The GPU campaign: ``nni-opevo campaign --out DIR`` (or ``python -m nni_opevo_bench.campaign``).
+"""The GPU campaign: correctness, vendor anchors, the tuners' comparison and throughput, in resumable calls.
+
+``nni-opevo campaign --out DIR`` (or ``python -m nni_opevo_bench.campaign``).
 
 One command for the rare, short loans of a GPU machine (docs/gpu-campaign.md): each call runs
 for at most ``--minutes``, appends what it measured under ``DIR``, and the same command resumes
@@ -391,7 +393,7 @@ def _throughput_table(rows: list[dict[str, Any]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="nni-opevo campaign", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 1)[1])
     parser.add_argument("--out", type=Path, required=True, help="the campaign's folder (created; resumed if present)")
     parser.add_argument("--dry-run", action="store_true", help="no GPU: build and nvcc-compile only, tiny budget")
     parser.add_argument("--minutes", type=float, default=9.0,

@@ -122,7 +122,7 @@ def compute(todo: list[Job], workers: int) -> dict[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nni_opevo_bench.fingerprint", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="nni-opevo fingerprint", description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("record", "check"))
     parser.add_argument("--hub", type=Path, default=HUB, help="folder of the four benchmark-hub caches")
     parser.add_argument("--held-out", type=Path, default=HELD_OUT, help="the held-out convolution cache")

@@ -1,5 +1,6 @@
-"""``python -m nni_opevo_bench.network_profile --out DIR``: where a tuned network's time goes, each
-finished run's final kernels timed again in one session, alone and inside the built network.
+"""Where a tuned network's time goes: each finished run's final kernels timed again, alone and in the network.
+
+``nni-opevo profile --out DIR`` (``python -m nni_opevo_bench.network_profile``) times them in one session.
 
 A network benchmark reports two latencies per run: the sum over layers of count x the best
 latency its trials measured, and the whole network built with those kernels and timed once
@@ -268,8 +269,8 @@ def write_table(out: Path, network: str, target: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m nni_opevo_bench.network_profile", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(prog="nni-opevo profile", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 1)[1])
     parser.add_argument("--out", type=Path, required=True, help="a network benchmark's folder (its trials.csv)")
     parser.add_argument("--network", default="resnet18", help="a named network with a graph: alexnet, resnet18")
     parser.add_argument("--target", default="cpu", help="cpu or cuda (auto: CUDA when a GPU is visible)")

@@ -1,4 +1,4 @@
-"""Export an experiment's best kernel: ``python -m nni_opevo_tools.export EXPERIMENT [--top-k 5] [--repeat 30]``.
+"""Export an experiment's best kernel, re-measured: ``nni-opevo export EXPERIMENT [--top-k 5] [--repeat 30]``.
 
 EXPERIMENT is an experiment id (looked up under ``--root``, NNI's default ``~/nni-experiments``)
 or the experiment's folder. It is read from its own database, so this works while the

@@ -1,8 +1,12 @@
 """Run a tuning experiment to the end and show the best kernel: the README's main command.
 
     python -m nni_opevo_tools.launch                              # GPU: MM1 (512 trials); no GPU: the CPU quickstart
+    python -m nni_opevo_tools.launch --workload MM_small --target cpu --trials 8  # written in the current folder
     python -m nni_opevo_tools.launch --config experiments/C2/opevo.yml --port 8081
     python -m nni_opevo_tools.launch --workload MM1 --tuner gbfs  # any workload and catalog tuner, generated
+
+Experiments named by ``--workload`` (and the default ones) are generated under ``--root``, the
+current folder by default (``make_spaces``), so the installed package runs anywhere.
 
 Before NNI starts, it builds the experiment's tuner with its classArgs on its search space, so
 a misspelt ``_type`` or a bad classArg is refused at once with the parameter named. It then
@@ -19,6 +23,7 @@ import argparse
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -26,19 +31,22 @@ from collections import Counter
 
 import yaml
 
-from trial_code import REPO_ROOT, targets, workloads
+from trial_code import targets, workloads
 
 from . import export, make_spaces
 from .experiment_client import NNICTL, ExperimentClient, created_id
 
 
-def default_config() -> str:
-    kind = targets.resolve("auto").kind
-    name = "MM1/opevo.yml" if kind == "cuda" else "quickstart/opevo.yml"
-    return os.path.join(REPO_ROOT, "experiments", name)
+def default_config(root: str | None) -> str:
+    """MM1 with OpEvo where a GPU is visible, else the CPU quickstart, written under ``root``."""
+    layout = make_spaces.Layout(root)
+    if targets.resolve("auto").kind == "cuda":
+        return generated_config("MM1", make_spaces.SHIPPED_TUNER, "cuda", layout.root, None)
+    make_spaces.write_spaces(layout, workloads.NAMED[make_spaces.QUICKSTART])
+    return make_spaces.write_quickstart(layout)
 
 
-def generated_config(workload: str, tuner: str, target: str, root: str, trials: int | None) -> str:
+def generated_config(workload: str, tuner: str, target: str, root: str | None, trials: int | None) -> str:
     """``<root>/experiments/<workload>/<tuner>[-cpu].yml``, written now (``make_spaces``);
     ``trials`` overrides its maxTrialNumber."""
     kind = "cuda" if targets.resolve(target).kind == "cuda" else "cpu"
@@ -122,6 +130,15 @@ def follow(client: ExperimentClient, every: float) -> dict:
         time.sleep(every)
 
 
+def stop_command(experiment_id: str) -> str:
+    """``nnictl stop <id>``, with nnictl's full path where the one on PATH is not this environment's
+    (a virtual environment not activated): a command the user can paste."""
+    here = os.path.join(os.path.dirname(sys.executable), "nnictl")
+    found = shutil.which("nnictl")
+    use_path = found is not None and os.path.realpath(found) == os.path.realpath(here)
+    return f"{'nnictl' if use_path or not os.path.exists(here) else here} stop {experiment_id}"
+
+
 def experiment_folder(config: str, experiment_id: str) -> str:
     with open(config) as handle:
         working = (yaml.safe_load(handle) or {}).get("experimentWorkingDirectory") or "~/nni-experiments"
@@ -138,8 +155,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="with --workload: a catalog tuner, e.g. gbfs or opevo:mutate_rate=0.3")
     parser.add_argument("--target", default="auto", help="with --workload: auto, cpu or cuda")
     parser.add_argument("--trials", type=int, help="with --workload: maxTrialNumber (default: 512 GPU, 256 CPU)")
-    parser.add_argument("--root", default=REPO_ROOT,
-                        help="with --workload: write the generated space and config under this folder")
+    parser.add_argument("--root", default=None,
+                        help="where generated spaces and configs go (default: the current folder)")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--every", type=float, default=10.0, help="seconds between progress lines")
     parser.add_argument("--top-k", type=int, default=export.Options.top_k,
@@ -149,8 +166,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("give --config or --workload, not both")
     if args.top_k < 1 or (args.trials is not None and args.trials < 1):
         parser.error("--top-k and --trials must be >= 1")
-    if not args.workload and (args.trials is not None or args.root != REPO_ROOT or args.target != "auto"):
-        parser.error("--trials, --root and --target go with --workload")
+    if args.config and (args.trials is not None or args.root is not None or args.target != "auto"):
+        parser.error("--trials, --root and --target go with --workload (or the default experiment), not --config")
     return args
 
 
@@ -161,11 +178,13 @@ def main(argv: list[str] | None = None) -> None:
             config = generated_config(args.workload, args.tuner, args.target, args.root, args.trials)
         except ValueError as e:
             raise SystemExit(f"cannot generate the experiment: {e}") from None
+    elif args.config:
+        config = os.path.abspath(args.config)
     else:
-        config = os.path.abspath(args.config or default_config())
+        config = default_config(args.root)
     validate(config)
     experiment_id = start(config, args.port)
-    shown = os.path.relpath(config, REPO_ROOT) if config.startswith(REPO_ROOT + os.sep) else config
+    shown = os.path.relpath(config) if config.startswith(os.getcwd() + os.sep) else config
     print(f"experiment {experiment_id} ({shown}): watch it at http://127.0.0.1:{args.port}")
     print(EXPOSED.format(port=args.port))
     status = follow(ExperimentClient(args.port), args.every)
@@ -173,18 +192,18 @@ def main(argv: list[str] | None = None) -> None:
     if status["status"] == "ERROR":
         detail = "\n  ".join(errors(folder)) or "(nothing in NNI's logs)"
         raise SystemExit(f"the experiment ended in ERROR: {status.get('errors')}\n  {detail}\n"
-                         f"logs: {folder}/log; `nnictl stop {experiment_id}` closes the web UI")
+                         f"logs: {folder}/log; `{stop_command(experiment_id)}` closes the web UI")
     print(f"re-measuring the top {args.top_k} configurations:", flush=True)
     best = export.export(folder, export.Options(top_k=args.top_k))
     print(best.headline())
     if isinstance(best, export.NetworkBest):
         print(best.table(), end="")
         print(f"saved to {folder}/export/network.json with each layer's kernel source; the web UI stays up "
-              f"until `nnictl stop {experiment_id}`")
+              f"until `{stop_command(experiment_id)}`")
         return
     print(f"parameters: {json.dumps(best.parameters)}")
     print(f"saved to {folder}/export/best.json with the kernel's source ({best.source}); the web UI stays up "
-          f"until `nnictl stop {experiment_id}`")
+          f"until `{stop_command(experiment_id)}`")
 
 
 if __name__ == "__main__":

@@ -15,20 +15,23 @@ of the catalog
 (``nni_opevo.catalog``: the peers with their papers' settings) is written on demand with
 ``--tuner``, or run at once with ``nni-opevo launch --workload W --tuner T``.
 Run ``nnictl create --config experiments/<name>/<tuner>.yml`` from the repository root.
-``--root`` writes the same layout under another folder (the configs then name the checkout's
-trial code by absolute path).
+Elsewhere (an installed package, ``--root`` another folder; by default the current folder) the
+same layout is written there, and its configs name the files by absolute path and run the
+installed trial code with the interpreter that wrote them.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shlex
+import sys
 from typing import Any
 
 import yaml
 
 from nni_opevo import catalog
-from trial_code import REPO_ROOT, constraint, networks, workloads
+from trial_code import constraint, networks, workloads
 from trial_code.cli import add_workload_options, workload_from
 from trial_code.templates import for_workload
 from trial_code.workloads import Workload
@@ -43,13 +46,34 @@ NETWORK_TRIALS = {"cuda": 64, "cpu": 32}
 """Trials per layer of a network experiment (its maxTrialNumber is this times its layers)."""
 
 
+def checkout() -> str | None:
+    """The source checkout this package runs from (it holds setup.py and experiments/), or None
+    for an installed package."""
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = os.path.isfile(os.path.join(parent, "setup.py")) and os.path.isdir(os.path.join(parent, "experiments"))
+    return parent if found else None
+
+
 class Layout:
     """Where spaces and experiments go: the checkout (relative paths in the configs, as NNI
-    resolves them from the config's folder) or another root (absolute paths to the checkout)."""
+    resolves them from the config's folder, and the checkout's trial code run with ``python3``),
+    or any other folder (absolute paths, the installed trial code run with this interpreter)."""
 
-    def __init__(self, root: str = REPO_ROOT) -> None:
-        self.root = os.path.abspath(root)
-        self.in_checkout = self.root == os.path.abspath(REPO_ROOT)
+    def __init__(self, root: str | None = None) -> None:
+        self.root = os.path.abspath(root or os.getcwd())
+        self.in_checkout = self.root == checkout()
+
+    @property
+    def python(self) -> str:
+        """The trials' interpreter: ``python3`` in the checkout (its experiments are shipped and
+        run from a set-up environment), else this one, which has the package installed."""
+        return "python3" if self.in_checkout else shlex.quote(sys.executable)
+
+    @property
+    def code(self) -> str:
+        """The folder NNI starts trials and the tuner in: the root (a checkout's holds the
+        packages, installed or not)."""
+        return self.root
 
     def space(self, workload: Workload | str, kind: str) -> str:
         """A workload's search space, or a network's (by its name)."""
@@ -72,11 +96,11 @@ def experiment(layout: Layout, config_path: str, workload: Workload, kind: str, 
     shape_flags = (f"--workload {workload.name}" if workloads.NAMED.get(workload.name) == workload else
                    f"--family {workload.family} --name {workload.name} --shape "
                    + " ".join(f"{k}={v}" for k, v in workload.shape.items()))
-    code = layout.from_config(config_path, REPO_ROOT)
+    code = layout.from_config(config_path, layout.code)
     config: dict[str, Any] = {
         "experimentName": f"{workload.name} {catalog.CATALOG[catalog.parse(tuner)[0]].description} ({kind})",
         "searchSpaceFile": layout.from_config(config_path, layout.space(workload, kind)),
-        "trialCommand": f"python3 -m trial_code.trial {shape_flags} --target {kind}{trial_flags}",
+        "trialCommand": f"{layout.python} -m trial_code.trial {shape_flags} --target {kind}{trial_flags}",
         "trialCodeDirectory": code,
         "trialConcurrency": concurrency,
         "maxTrialNumber": trials,
@@ -96,16 +120,16 @@ def tuner_config(spec: str, code_directory: str, constraint_args: dict[str, Any]
     """The tuner section: the catalog's classArgs plus the static-feasibility constraint, so
     no trial is spent on a configuration that breaks the target's limits."""
     class_name, class_args = catalog.class_args(spec, extra=constraint_args)
-    # className tuners need a codeDirectory in NNI 3.0; the checkout root also finds an uninstalled nni_opevo.
+    # className tuners need a codeDirectory in NNI 3.0; the checkout's also finds an uninstalled nni_opevo.
     return {"className": f"nni_opevo.{class_name}", "codeDirectory": code_directory, "classArgs": class_args}
 
 
 def write_yaml(layout: Layout, path: str, config: dict[str, Any], comment: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    where = "run from the repository root" if layout.in_checkout else "run"
     shown = os.path.relpath(path, layout.root) if layout.in_checkout else path
     with open(path, "w") as handle:
-        handle.write(f"# {comment}\n# Generated by `python -m nni_opevo_tools.make_spaces`; run from the repository root:\n"
-                     f"#   nnictl create --config {shown}\n")
+        handle.write(f"# {comment}\n# Generated by `nni-opevo spaces`; {where}:\n#   nnictl create --config {shown}\n")
         yaml.safe_dump(config, handle, sort_keys=False, width=1000)
 
 
@@ -148,11 +172,11 @@ def write_network(layout: Layout, network: str, tuner: str, allocator: str = "gr
     for kind, (suffix, _, concurrency) in KINDS.items():
         space_path = write_space(layout.space(label, kind), networks.space(network, kind))
         path = layout.experiment(label, f"{stem}{suffix}.yml")
-        code = layout.from_config(path, REPO_ROOT)
+        code = layout.from_config(path, layout.code)
         config: dict[str, Any] = {
             "experimentName": f"{label} ({len(layers)} layers) {catalog.CATALOG[name].description}, {allocator} ({kind})",
             "searchSpaceFile": layout.from_config(path, space_path),
-            "trialCommand": f"python3 -m trial_code.trial --network {network} --target {kind}",
+            "trialCommand": f"{layout.python} -m trial_code.trial --network {shlex.quote(network)} --target {kind}",
             "trialCodeDirectory": code,
             "trialConcurrency": concurrency,
             "maxTrialNumber": NETWORK_TRIALS[kind] * len(layers),
@@ -212,7 +236,7 @@ def write_scale_out(layout: Layout) -> list[str]:
     remote["experimentName"] = "MM1 OpEvo on the GPUs of 2 machines over SSH"
     # The interpreter by absolute path: NNI puts pythonPath first on PATH, but the shell that
     # runs each trial reads ~/.bashrc over SSH, and a pyenv or conda init there shadows it.
-    remote["trialCommand"] = remote["trialCommand"].replace("python3", f"{bin_dir}/python", 1)
+    remote["trialCommand"] = f"{bin_dir}/python" + remote["trialCommand"][len(layout.python):]
     remote["trainingService"] = {"platform": "remote", "machineList": [
         {"host": host, "user": "tuner", "sshKeyFile": "~/.ssh/id_ed25519", "pythonPath": bin_dir,
          "useActiveGpu": True, "maxTrialNumberPerGpu": PER_GPU, "gpuIndices": [0]} for host in hosts]}
@@ -241,7 +265,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                              f"{', '.join(catalog.CATALOG)}, optionally with overrides (name:key=value,...)")
     parser.add_argument("--allocator", default="gradient", choices=("gradient", "round-robin"),
                         help="with --network: which layer gets the next trial (default %(default)s)")
-    parser.add_argument("--root", default=REPO_ROOT, help="write under this folder instead of the checkout")
+    parser.add_argument("--root", default=None, help="write under this folder (default: the current folder)")
     args = parser.parse_args(argv)
     for spec in args.tuner:
         try:

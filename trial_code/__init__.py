@@ -5,7 +5,3 @@ Data flows one way: workload (``workloads``) + parameters -> operator template
 time (``measure``, in a worker process under timeouts, ``evaluate``) -> NNI report (``trial``).
 Only ``kernel``, ``measure`` and ``worker`` import TVM, so the parent trial process stays light.
 """
-import os
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-"""The checkout: NNI runs the trials from it, and the generated spaces and experiments live in it."""

@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import REPO_ROOT
 from .status import Status
 from .targets import Target
 from .templates import Infeasible, for_workload
@@ -142,7 +141,7 @@ def _run_worker(job: dict[str, Any], limits: Limits, stderr: Any) -> tuple[list[
     pipe's descriptor: a buffered reader could hold a second event the selector never reports,
     and the deadline of that phase would then not be kept."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = PACKAGES + os.pathsep + env.get("PYTHONPATH", "")
     process = subprocess.Popen([sys.executable, "-m", "trial_code.worker"], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=True)
     assert process.stdin is not None and process.stdout is not None
@@ -187,6 +186,9 @@ def _run_worker(job: dict[str, Any], limits: Limits, stderr: Any) -> tuple[list[
     return events, process.wait(), timed_out
 
 
+PACKAGES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The folder that holds ``trial_code`` (a checkout or site-packages): the worker imports the same
+trial code as this process, wherever that process was started."""
 LOCK_MARGIN_S = 30.0
 """Past the worker's lock timeout, how long the parent waits for it to report DEVICE_BUSY itself."""
 

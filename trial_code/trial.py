@@ -1,5 +1,7 @@
-"""The NNI trial: ``python -m trial_code.trial --workload MM1 [--target auto|cpu|cuda]``, or
-``--network alexnet`` for the layer its parameters name (``networks``).
+"""The NNI trial: build, check and time one configuration of a workload, and report it.
+
+``python -m trial_code.trial --workload MM1 [--target auto|cpu|cuda]``, or ``--network alexnet``
+for the layer its parameters name (``networks``).
 
 Under NNI it takes the tuner's parameters with ``nni.get_next_parameter()`` and always reports
 ``{'default': TFLOPS, 'latency_ms', 'status', 'build_s', 'error'}`` with
@@ -18,8 +20,8 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-from . import targets
-from .cli import add_workload_options, layer_from
+from . import networks, targets
+from .cli import add_workload_options, layer_from, workload_from
 from .evaluate import Limits, Result, evaluate
 from .status import Status
 
@@ -70,6 +72,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not 1 <= args.repeat <= MAX_REPEAT or not 0 <= args.min_repeat_ms <= MAX_REPEAT_MS:
         parser.error(f"--repeat must be 1 to {MAX_REPEAT} and --min-repeat-ms 0 to {MAX_REPEAT_MS}")
+    try:  # the workload options name something that exists, before anything is built
+        if args.network:
+            networks.lookup(args.network)
+        else:
+            workload_from(args)
+        targets.resolve(args.target)
+    except ValueError as e:
+        parser.error(str(e))
     return args
 
 

@@ -112,4 +112,6 @@ def lookup(name: str) -> Workload:
     try:
         return NAMED[name]
     except KeyError:
-        raise ValueError(f"unknown workload {name!r}; named workloads: {', '.join(NAMED)}") from None
+        from nni_opevo.suggest import unknown  # here: the package costs a second to import, a trial's worker never needs it
+
+        raise ValueError(unknown("workload", name, NAMED)) from None

@@ -74,7 +74,9 @@ def lookup(name: str) -> list[Layer]:
         return NETWORKS[name]
     if name.endswith(".json") or os.sep in name:
         return _from_file(os.path.abspath(name))
-    raise ValueError(f"unknown network {name!r}; known: {', '.join(NETWORKS)}, or a JSON file of layers")
+    from nni_opevo.suggest import unknown  # here: the package costs a second to import, a trial's worker never needs it
+
+    raise ValueError(unknown("network", name, NETWORKS) + ", or a JSON file of layers")
 
 
 @functools.cache

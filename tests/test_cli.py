@@ -1,0 +1,58 @@
+"""The ``nni-opevo`` command's conventions: ``--version``, a ``--help`` for every subcommand that
+does nothing else, and a mistake answered in one line with a non-zero status and the closest names."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import nni_opevo
+from nni_opevo_tools.console import commands
+
+CLI = [sys.executable, "-m", "nni_opevo_tools.console"]
+
+
+def _run(args: list[str], cwd, timeout: int = 120) -> subprocess.CompletedProcess:
+    # NNI's config folder, the inputs cache and the device locks all under the empty folder.
+    env = {**os.environ, "HOME": str(cwd), "XDG_CACHE_HOME": str(cwd / ".cache"), "NNI_CONFIG_DIR": str(cwd / ".nni")}
+    return subprocess.run([*CLI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _tree(folder) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_version():
+    shown = subprocess.run([*CLI, "--version"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and shown.stdout.strip() == f"nni-opevo {nni_opevo.__version__}"
+
+
+@pytest.mark.parametrize("command", sorted(commands()))
+def test_every_help_prints_help_and_does_nothing_else(command, tmp_path):
+    shown = _run([command, "--help"], tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(f"usage: nni-opevo {command}") and not shown.stderr
+    assert _tree(tmp_path) == [], "a --help wrote files"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["lanch"], "unknown command 'lanch' (did you mean launch?)"),
+    (["spaces", "--workload", "MM4"], "unknown workload 'MM4' (did you mean MM3, MM2, MM1?)"),
+    (["trial", "--workload", "BMM_smal", "--params", "{}"], "unknown workload 'BMM_smal' (did you mean BMM_small"),
+    (["launch", "--workload", "MM_small", "--tuner", "opevoo", "--target", "cpu"],
+     "unknown tuner 'opevoo' (did you mean opevo"),
+    (["trial", "--network", "alexnett", "--params", "{}"], "unknown network 'alexnett' (did you mean alexnet?)"),
+    (["export", "no-such-experiment"], "no experiment 'no-such-experiment'"),
+], ids=["command", "spaces-workload", "trial-workload", "tuner", "network", "export"])
+def test_a_mistake_is_one_line_with_a_non_zero_status(args, message, tmp_path):
+    failed = _run(args, tmp_path)
+    assert failed.returncode != 0 and message in failed.stderr, failed.stderr
+    assert len(failed.stderr.strip().splitlines()) == 1 and "Traceback" not in failed.stderr
+    assert not (tmp_path / "experiments").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    failed = _run(["--debug", "spaces", "--workload", "MM4"], tmp_path)
+    assert failed.returncode != 0 and "Traceback" in failed.stderr and "unknown workload 'MM4'" in failed.stderr
