@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -41,6 +42,8 @@ class Best:
     anchor: dict[str, Any] | None = None
     """The vendor library on the same workload, timed in the same run (``anchor.Anchor``), or
     null where there is none (Conv2D on the CPU, a GPU experiment read where no GPU is visible)."""
+    library: str | None = None
+    """The file (next to best.json) holding the compiled kernel, which ``load_kernel`` loads."""
 
     @property
     def tflops(self) -> float:
@@ -75,3 +78,39 @@ def read(path: str) -> Best:
     if data.pop("schema", None) != SCHEMA:
         raise ValueError(f"{path} is not a {SCHEMA} file")
     return Best(**data)
+
+
+def load_kernel(folder: str) -> Any:
+    """The exported kernel of ``folder`` (where ``export`` wrote best.json and best.so), ready to
+    call on NumPy arrays (``trial_code.library``)."""
+    from trial_code import library
+    from trial_code.workloads import Workload
+
+    best = read(os.path.join(folder, "best.json"))
+    if not best.library:
+        raise ValueError(f"{folder}/best.json names no compiled library (exported by an older version)")
+    return library.load(os.path.join(folder, best.library), Workload.from_json(best.workload), best.target["kind"]
+                        .replace("llvm", "cpu"))
+
+
+def place(source: str, destination: str) -> None:
+    """Copy ``source`` to ``destination`` through a temporary file renamed onto it: a link planted
+    at ``destination`` is replaced, not written through."""
+    folder, name = os.path.split(os.path.abspath(destination))
+    temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    try:
+        shutil.copyfile(source, temporary)
+        os.replace(temporary, destination)
+    finally:
+        if os.path.lexists(temporary):
+            os.unlink(temporary)
+
+
+def refuse_to_replace(folder: str, name: str, force: bool) -> None:
+    """SystemExit when ``folder/name`` holds an earlier export and ``force`` is not given: a second
+    export may name another winner (kernels this close swap places by noise), and the first is
+    evidence too."""
+    path = os.path.join(folder, name)
+    if os.path.exists(path) and not force:
+        raise SystemExit(f"{path} holds an earlier export: pass --force to replace it, or --out another folder "
+                         "to keep both")

@@ -14,8 +14,13 @@ noise), one at a time. Written to ``--out`` (default ``<experiment folder>/expor
   trial command, the whole ranking, and the vendor library timed on the same workload in the
   same run (``anchor``: NumPy's BLAS for CPU MatMul and BatchMatMul);
 - ``best.cu`` (CUDA) or ``best.ll`` (CPU, LLVM IR): the winner's generated kernel source;
-- ``kernels/p<parameter id>.<ext>``: the source of every re-measured configuration;
+- ``best.so``: the winner compiled, for a program to load (``best.load_kernel``, ``trial_code.library``);
+- ``kernels/p<parameter id>.<ext>`` and ``.so``: every re-measured configuration's source and library;
 - ``top_k.md``: the table of reported against re-measured TFLOPS.
+
+An earlier export in ``--out`` is never replaced silently: ``--force`` replaces it, another
+``--out`` keeps both. Files are written under temporary names and renamed into place, so a link
+planted at a file's name is replaced, not written through.
 
 A network's experiment (``--network``) is exported layer by layer instead, with the network's
 latency as the sum over its layers (``network_export``: ``network.json``, ``network.md``).
@@ -29,7 +34,6 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import statistics
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -40,11 +44,12 @@ from trial_code import trial as trial_cli
 from trial_code.cli import workload_from
 from trial_code.evaluate import Limits, Result
 
+from . import best as best_json
 from . import network_export
 from .best import Best
 from .experiment_client import ExperimentDatabase, Trial
 from .network_export import NetworkBest
-from .remeasure import best_of, remeasure
+from .remeasure import best_of, library_of, remeasure
 
 TRIAL_MODULE = "trial_code.trial"
 
@@ -105,12 +110,16 @@ class Options:
     repeat: int = 30
     min_repeat_ms: int = 100
     target: str | None = None  # overrides the trial command's
+    force: bool = False  # replace an earlier export in the output folder
 
 
 def export(folder: str, options: Options, out: str | None = None) -> Best | NetworkBest:
     """Re-measure the experiment's top-k configurations and write the winner to ``out``
     (default ``<folder>/export``); see the module docstring. A network's experiment gets each
     layer's winner and the network's latency (``network_export``)."""
+    out = os.path.abspath(out or os.path.join(folder, "export"))
+    for name in ("best.json", "network.json"):
+        best_json.refuse_to_replace(out, name, options.force)
     database = ExperimentDatabase(folder)
     profile = database.profile()
     trial_args = trial_arguments(profile["trialCommand"])
@@ -118,8 +127,7 @@ def export(folder: str, options: Options, out: str | None = None) -> Best | Netw
         trial_args.target = options.target
     if trial_args.network:
         limits = Limits(trial_args.build_timeout, trial_args.run_timeout, options.repeat, options.min_repeat_ms)
-        return network_export.export(folder, database, trial_args, options.top_k, limits,
-                                     os.path.abspath(out or os.path.join(folder, "export")))
+        return network_export.export(folder, database, trial_args, options.top_k, limits, out)
     ranked = database.ranked()
     succeeded = [t for t in ranked if t.value > 0]
     if not succeeded:
@@ -128,7 +136,6 @@ def export(folder: str, options: Options, out: str | None = None) -> Best | Netw
                          f"{dict(statuses) or 'none'}); see the trial logs in the web UI")
     workload, target = workload_from(trial_args), targets.resolve(trial_args.target)
     measured = target.kind != "cuda" or target.has_device
-    out = os.path.abspath(out or os.path.join(folder, "export"))
     print(f"{len(ranked)} trials reported, {len(succeeded)} working; "
           f"{'re-measuring' if measured else 'rebuilding (no GPU here: not re-measuring)'} the top "
           f"{min(options.top_k, len(succeeded))} on {target.kind}", flush=True)
@@ -140,7 +147,8 @@ def export(folder: str, options: Options, out: str | None = None) -> Best | Netw
         target = replace(target, mcpu=result.arch)
     vendor = anchor.measure(workload, target, options.repeat, options.min_repeat_ms) if measured else None
     best_source = os.path.join(out, "best" + os.path.splitext(source)[1])
-    shutil.copyfile(source, best_source)
+    best_json.place(source, best_source)
+    best_json.place(library_of(source), os.path.join(out, "best.so"))
     ranking = [{"parameter_id": t.parameter_id, "reported_tflops": t.value,
                 "remeasured_tflops": r.tflops if r.repeats_ms else None, "status": r.status.name} for t, r, _ in rows]
     best = Best(experiment=os.path.basename(os.path.normpath(folder)), trial_command=profile["trialCommand"],
@@ -148,7 +156,7 @@ def export(folder: str, options: Options, out: str | None = None) -> Best | Netw
                 parameters=trial.parameters, reported=trial.result, remeasured=summary(result),
                 not_remeasured=None if measured else "no CUDA device is visible here",
                 source=os.path.basename(best_source), ranking=ranking,
-                anchor=vendor.to_json() if vendor else None)
+                anchor=vendor.to_json() if vendor else None, library="best.so")
     best.write(out)
     with open(os.path.join(out, "top_k.md"), "w") as handle:
         handle.write(table(rows, out))
@@ -167,6 +175,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--min-repeat-ms", type=int, default=Options.min_repeat_ms,
                         help="each repeat lasts at least this long (default %(default)s)")
     parser.add_argument("--target", help="override the trial command's target (auto, cpu, cuda)")
+    parser.add_argument("--force", action="store_true", help="replace an earlier export in the output folder")
     args = parser.parse_args(argv)
     if args.top_k < 1 or args.repeat < 1 or args.min_repeat_ms < 0:
         parser.error("--top-k and --repeat must be >= 1, --min-repeat-ms >= 0")
@@ -177,14 +186,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     folder = experiment_folder(args.experiment, args.root)
     out = os.path.abspath(args.out or os.path.join(folder, "export"))
-    best = export(folder, Options(args.top_k, args.repeat, args.min_repeat_ms, args.target), out)
+    best = export(folder, Options(args.top_k, args.repeat, args.min_repeat_ms, args.target, args.force), out)
     print(best.headline())
     if isinstance(best, NetworkBest):
         print(best.table(), end="")
         print(f"wrote {out}/network.json, network.md and each layer's kernels")
         return
     print(f"parameters: {json.dumps(best.parameters)}")
-    print(f"wrote {out}/best.json, {best.source}, top_k.md and kernels/")
+    print(f"wrote {out}/best.json, {best.source}, best.so (load it: nni_opevo_tools.best.load_kernel), top_k.md "
+          "and kernels/")
 
 
 if __name__ == "__main__":

@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> None:
               f"until `{stop_command(experiment_id)}`")
         return
     print(f"parameters: {json.dumps(best.parameters)}")
-    print(f"saved to {folder}/export/best.json with the kernel's source ({best.source}); the web UI stays up "
+    print(f"saved to {folder}/export/best.json with the kernel's source ({best.source}) and library (best.so, "
+          f"for nni_opevo_tools.best.load_kernel); the web UI stays up "
           f"until `{stop_command(experiment_id)}`")
 
 

@@ -16,13 +16,15 @@ from .experiment_client import Trial
 
 def remeasure(trials: list[Trial], workload: Workload, target: Target, limits: Limits, measured: bool,
               kernels: str) -> list[tuple[Trial, Result, str]]:
-    """Rebuild (and with ``measured``, re-time) each configuration, writing its source under ``kernels``."""
+    """Rebuild (and with ``measured``, re-time) each configuration, writing its source and its
+    compiled library (``library_of``) under ``kernels``."""
     extension = "cu" if target.kind == "cuda" else "ll"
     os.makedirs(kernels, exist_ok=True)
     out = []
     for rank, trial in enumerate(trials, 1):
         source = os.path.join(kernels, f"p{trial.parameter_id}.{extension}")
-        result = evaluate(workload, trial.parameters, target, limits, build_only=not measured, source_path=source)
+        result = evaluate(workload, trial.parameters, target, limits, build_only=not measured, source_path=source,
+                          library_path=library_of(source))
         spread = (f", {min(result.repeats_ms):.4f}-{max(result.repeats_ms):.4f} ms over {len(result.repeats_ms)}"
                   if result.repeats_ms else "")
         print(f"  {rank}/{len(trials)} parameter {trial.parameter_id}: reported {trial.value:.4f} TFLOPS, "
@@ -30,6 +32,10 @@ def remeasure(trials: list[Trial], workload: Workload, target: Target, limits: L
         out.append((trial, result, source))
     return out
 
+
+def library_of(source: str) -> str:
+    """The compiled library written beside a kernel's source: ``kernels/p12.so`` for ``p12.ll``."""
+    return os.path.splitext(source)[0] + ".so"
 
 
 def best_of(rows: list[tuple[Trial, Result, str]], measured: bool) -> tuple[Trial, Result, str]:

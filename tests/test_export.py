@@ -43,3 +43,21 @@ def test_an_unknown_experiment_is_named(tmp_path):
         export.experiment_folder("nosuch", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="has no db/nni.sqlite"):
         ExperimentDatabase(str(tmp_path))
+
+
+def test_kernel_files_replace_a_planted_link_instead_of_writing_through_it(tmp_path):
+    """A link planted where a kernel's source or library goes (``kernels/p1.ll``) is replaced by
+    the file; its target is left as it was."""
+    workload, target = workloads.lookup("MM_small"), targets.cpu()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    (kernels / "p1.ll").symlink_to(victim)
+    (kernels / "p1.so").symlink_to(victim)
+    rows = remeasure.remeasure([Trial(1.0, 1, feasible(workload, target), {"default": 1.0})], workload, target,
+                               Limits(), measured=False, kernels=str(kernels))
+    assert rows[0][1].status is Status.NO_ERROR, rows[0][1].error
+    assert victim.read_text() == "precious"
+    assert not (kernels / "p1.ll").is_symlink() and "define" in (kernels / "p1.ll").read_text()
+    assert not (kernels / "p1.so").is_symlink() and (kernels / "p1.so").stat().st_size > 1000

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from nni_experiment import free_port
 
@@ -71,7 +72,7 @@ def test_launch_runs_a_generated_peer_experiment_and_remeasures_the_winner(tmp_p
     try:
         assert out.returncode == 0, out.stdout + out.stderr
         config = tmp_path / "experiments" / "MM_small" / "gbfs-cpu.yml"
-        assert f"experiment {experiment} ({config})" in out.stdout
+        assert f"experiment {experiment} (experiments/MM_small/gbfs-cpu.yml)" in out.stdout  # relative to the cwd
         assert "maxTrialNumber: 6" in config.read_text() and "GBFSTuner" in config.read_text()
         folder = tmp_path / "nni-experiments" / str(experiment)
         best = best_json.read(str(folder / "export" / "best.json"))
@@ -79,6 +80,15 @@ def test_launch_runs_a_generated_peer_experiment_and_remeasures_the_winner(tmp_p
         assert f"re-measured over 30 repeats (parameter {best.parameter_id})" in out.stdout
         assert len(best.ranking) == 2 and best.target["kind"] == "llvm"
         assert (folder / "export" / best.source).read_text().count("define") >= 1
+        # The winner as a program uses it: the compiled library, loaded and called on NumPy arrays.
+        matmul = best_json.load_kernel(str(folder / "export"))
+        rng = np.random.default_rng(0)
+        a, b = rng.random((256, 256), dtype=np.float32), rng.random((256, 256), dtype=np.float32)
+        np.testing.assert_allclose(matmul(a, b), a @ b, rtol=1e-4, atol=1e-3)
+        again = subprocess.run([*CLI, "export", str(folder), "--top-k", "1"], env=env, cwd=tmp_path,
+                               capture_output=True, text=True, timeout=300)
+        assert again.returncode != 0 and "holds an earlier export: pass --force" in again.stderr
+        assert best_json.read(str(folder / "export" / "best.json")) == best
     finally:
         if experiment:
             subprocess.run([*NNICTL, "stop", experiment], env=env, capture_output=True, timeout=120)

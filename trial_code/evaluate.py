@@ -64,19 +64,21 @@ class Limits:
 
 DEFAULT_LIMITS = Limits()
 def evaluate(workload: Workload, params: dict[str, Any] | None, target: Target, limits: Limits = DEFAULT_LIMITS,
-             build_only: bool = False, source_path: str | None = None, unchecked: bool = False) -> Result:
-    """``source_path``: where to write the generated kernel source (CUDA C or LLVM IR) once built.
+             build_only: bool = False, source_path: str | None = None, unchecked: bool = False,
+             library_path: str | None = None) -> Result:
+    """``source_path``: where to write the generated kernel source (CUDA C or LLVM IR) once built;
+    ``library_path``: where to write it compiled, as a library ``trial_code.library`` loads.
     ``params`` None evaluates TVM's default schedule (``kernel.scheduled``). ``unchecked``: skip
     the static feasibility check and let the device decide (how the GPU campaign compares the
     check's limits with what the GPU accepts)."""
     start = time.perf_counter()
-    result = _evaluate(workload, params, target, limits, build_only, source_path, unchecked)
+    result = _evaluate(workload, params, target, limits, build_only, source_path, unchecked, library_path)
     result.total_s = time.perf_counter() - start
     return result
 
 
 def _evaluate(workload: Workload, params: dict[str, Any] | None, target: Target, limits: Limits, build_only: bool,
-              source_path: str | None, unchecked: bool) -> Result:
+              source_path: str | None, unchecked: bool, library_path: str | None) -> Result:
     template = for_workload(workload)
     try:
         if params is not None and not unchecked:
@@ -88,7 +90,7 @@ def _evaluate(workload: Workload, params: dict[str, Any] | None, target: Target,
                       f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); use target cpu")
     job = {"workload": workload.to_json(), "params": params, "target": target.to_json(), "seed": limits.seed,
            "repeat": limits.repeat, "min_repeat_ms": limits.min_repeat_ms, "build_only": build_only,
-           "source_path": source_path, "lock_timeout": limits.lock_timeout}
+           "source_path": source_path, "library_path": library_path, "lock_timeout": limits.lock_timeout}
     with tempfile.TemporaryFile("w+") as stderr:
         events, returncode, timed_out = _run_worker(job, limits, stderr)
         ended = time.monotonic()

@@ -90,9 +90,13 @@ def build_and_measure(job: dict[str, Any], holding: bool) -> None:
         device_side = any(marker in str(exc) for marker in DEVICE_COMPILE_MARKERS)
         return fail("COMPILE_DEVICE" if device_side else "COMPILE_HOST", exc)
     emit("built", build_s=time.perf_counter() - start, arch=target.arch_name)
-    if job.get("source_path"):
-        with open(job["source_path"], "w") as handle:
-            handle.write(kernel.source(executable, target))
+    try:
+        if job.get("source_path"):
+            replace_file(job["source_path"], lambda path: _write_text(path, kernel.source(executable, target)))
+        if job.get("library_path"):
+            replace_file(job["library_path"], executable.export_library)
+    except Exception as exc:  # a full disk, a folder we may not write
+        return fail("UNKNOWN_ERROR", exc)
     if job.get("build_only"):
         return emit("done", status="NO_ERROR", latency_s=None, repeats_s=[])
     from . import measure
@@ -131,6 +135,25 @@ def measured(workload: Any, executable: Any, target: Any, job: dict[str, Any], p
     except Exception as exc:
         return fail("RUNTIME_DEVICE", exc)
     emit("done", status="NO_ERROR", latency_s=timing.latency_s, repeats_s=timing.repeats_s)
+
+
+def replace_file(path: str, write: Any) -> None:
+    """``write(temporary)`` then rename it onto ``path``: a link planted at ``path`` is replaced,
+    never followed, and a reader never sees half a file."""
+    folder, name = os.path.split(os.path.abspath(path))
+    temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        if os.path.lexists(temporary):
+            os.unlink(temporary)
+
+
+def _write_text(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
 
 
 def die_with_parent() -> None:

@@ -1,0 +1,55 @@
+"""A tuned kernel as a program uses it: load the compiled library and call it on NumPy arrays.
+
+    from trial_code import library, workloads
+    matmul = library.load("export/best.so", workloads.lookup("MM_small"), "cpu")
+    c = matmul(a, b)          # float32 NumPy arrays in the workload's layout; the product comes back
+
+``nni-opevo export`` (and the launcher) write the winner as ``best.so`` next to ``best.json``
+(``executable.export_library``: the host code and, for CUDA, the device module in one file);
+``nni_opevo_tools.best.load_kernel(folder)`` reads both and calls ``load``. The library runs on
+the kind of device it was built for, and on the CPU only on one that has the instructions of
+the CPU it was built for (``best.json``'s target names it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tvm
+
+from .templates import for_workload
+from .workloads import Workload
+
+
+@dataclass
+class Kernel:
+    workload: Workload
+    function: Any
+    device: Any
+    input_shapes: list[tuple[int, ...]]
+    output_shape: tuple[int, ...]
+
+    def __call__(self, *inputs: np.ndarray) -> np.ndarray:
+        """The workload's output for ``inputs`` (float32, the workload's shapes), as a new array."""
+        if len(inputs) != len(self.input_shapes):
+            raise ValueError(f"{self.workload.name} takes {len(self.input_shapes)} arrays, got {len(inputs)}")
+        for position, (given, shape) in enumerate(zip(inputs, self.input_shapes)):
+            if tuple(np.shape(given)) != shape:
+                raise ValueError(f"input {position} of {self.workload.name} must have shape {shape}, "
+                                 f"got {tuple(np.shape(given))}")
+        arguments = [tvm.runtime.tensor(np.ascontiguousarray(x, dtype=np.float32), self.device) for x in inputs]
+        output = tvm.runtime.empty(self.output_shape, "float32", self.device)
+        self.function(*arguments, output)
+        self.device.sync()
+        return output.numpy()
+
+
+def load(path: str, workload: Workload, device: str = "cpu") -> Kernel:
+    """The kernel of the library at ``path`` for ``workload``, on ``device`` ("cpu" or "cuda")."""
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    module = tvm.runtime.load_module(path)
+    tensors = for_workload(workload).compute(workload)
+    return Kernel(workload, module["main"], tvm.cuda(0) if device == "cuda" else tvm.cpu(0),
+                  [tuple(int(d) for d in t.shape) for t in tensors[:-1]], tuple(int(d) for d in tensors[-1].shape))
