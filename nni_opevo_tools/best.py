@@ -14,9 +14,9 @@ import shutil
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from trial_code.anchor import Anchor
+from trial_code.anchor import Comparison
 
-SCHEMA = "nni-opevo/best/1"
+SCHEMA = "nni-opevo/best/2"
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,11 @@ class Best:
     ranking: list[dict[str, Any]]
     """Every configuration considered: parameter id, reported and re-measured TFLOPS, status."""
     anchor: dict[str, Any] | None = None
-    """The vendor library on the same workload, timed in the same run (``anchor.Anchor``), or
+    """The winner against the vendor library, timed interleaved in the same process
+    (``anchor.Comparison``: its rounds' ratios, and whether the machine was too busy for one), or
     null where there is none (Conv2D on the CPU, a GPU experiment read where no GPU is visible)."""
+    separation: dict[str, Any] | None = None
+    """Whether the winner beat the runner-up beyond noise (``remeasure.separation``), or null."""
     library: str | None = None
     """The file (next to best.json) holding the compiled kernel, which ``load_kernel`` loads."""
 
@@ -57,9 +60,13 @@ class Best:
         """One line for the terminal: the winner's speed and how trustworthy it is."""
         if self.remeasured is not None:
             r = self.remeasured
-            versus = f"; {Anchor(**self.anchor).versus(r['tflops'])}" if self.anchor else ""
+            versus = f"; {Comparison.from_json(self.anchor).versus()}" if self.anchor else ""
+            tie = ""
+            if self.separation and not self.separation["separated"]:
+                tie = (f"; not faster than parameter {self.separation['runner_up']} beyond noise (Mann-Whitney "
+                       f"p={self.separation['p_value']:.2f}): either will do")
             return (f"best: {r['tflops']:.4f} TFLOPS ({r['tflops'] * 1e3:.1f} GFLOPS), {r['latency_ms_median']:.4f} ms, "
-                    f"re-measured over {r['repeats']} repeats (parameter {self.parameter_id}){versus}")
+                    f"re-measured over {r['repeats']} repeats (parameter {self.parameter_id}){tie}{versus}")
         return f"best: {self.tflops:.4f} TFLOPS as reported, not re-measured ({self.not_remeasured}) " \
                f"(parameter {self.parameter_id})"
 

@@ -49,7 +49,7 @@ from . import network_export
 from .best import Best
 from .experiment_client import ExperimentDatabase, Trial
 from .network_export import NetworkBest
-from .remeasure import best_of, library_of, remeasure
+from .remeasure import best_of, library_of, remeasure, separation
 
 TRIAL_MODULE = "trial_code.trial"
 
@@ -145,10 +145,10 @@ def export(folder: str, options: Options, out: str | None = None) -> Best | Netw
     warn_if_tuned_elsewhere(rows, result.arch)
     if target.kind == "llvm":  # the CPU the worker built for, which the kernel is only valid on
         target = replace(target, mcpu=result.arch)
-    vendor = anchor.measure(workload, target, options.repeat, options.min_repeat_ms) if measured else None
     best_source = os.path.join(out, "best" + os.path.splitext(source)[1])
     best_json.place(source, best_source)
     best_json.place(library_of(source), os.path.join(out, "best.so"))
+    vendor = versus_vendor(os.path.join(out, "best.so"), workload, target, options) if measured else None
     ranking = [{"parameter_id": t.parameter_id, "reported_tflops": t.value,
                 "remeasured_tflops": r.tflops if r.repeats_ms else None, "status": r.status.name} for t, r, _ in rows]
     best = Best(experiment=os.path.basename(os.path.normpath(folder)), trial_command=profile["trialCommand"],
@@ -156,11 +156,23 @@ def export(folder: str, options: Options, out: str | None = None) -> Best | Netw
                 parameters=trial.parameters, reported=trial.result, remeasured=summary(result),
                 not_remeasured=None if measured else "no CUDA device is visible here",
                 source=os.path.basename(best_source), ranking=ranking,
-                anchor=vendor.to_json() if vendor else None, library="best.so")
+                anchor=vendor.to_json() if vendor else None, library="best.so",
+                separation=separation(rows, result) if measured else None)
     best.write(out)
     with open(os.path.join(out, "top_k.md"), "w") as handle:
         handle.write(table(rows, out))
     return best
+
+
+def versus_vendor(library_path: str, workload: Any, target: Any, options: Options) -> anchor.Comparison | None:
+    """The exported kernel against the vendor library, interleaved (``anchor.compare``)."""
+    from trial_code import library, measure
+
+    if anchor.vendor(workload, target) is None:
+        return None
+    kernel = library.load(library_path, workload, "cuda" if target.kind == "cuda" else "cpu")
+    call = kernel.caller(*measure.prepare(workload, seed=0).host)
+    return anchor.compare(workload, target, call, kernel.device.sync, min_repeat_ms=options.min_repeat_ms)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

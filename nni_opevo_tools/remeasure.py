@@ -45,3 +45,21 @@ def best_of(rows: list[tuple[Trial, Result, str]], measured: bool) -> tuple[Tria
         raise SystemExit("none of the top configurations builds here any more: " +
                          "; ".join(f"parameter {t.parameter_id}: {r.status.name} {r.error}" for t, r, _ in rows))
     return max(built, key=lambda row: row[1].tflops) if measured else built[0]
+
+
+SEPARATION_P = 0.05
+"""The one-sided Mann-Whitney p-value under which the winner's repeats count as faster than the runner-up's."""
+
+
+def separation(rows: list[tuple[Trial, Result, str]], winner: Result) -> dict | None:
+    """Whether the winner's re-measured latencies are lower than the runner-up's beyond noise:
+    ``{"runner_up", "p_value", "separated"}``, or None with fewer than two re-measured kernels."""
+    from scipy.stats import mannwhitneyu
+
+    others = sorted((row for row in rows if row[1].status is Status.NO_ERROR and row[1].repeats_ms
+                     and row[1] is not winner), key=lambda row: -row[1].tflops)
+    if not others or not winner.repeats_ms:
+        return None
+    trial, runner_up, _ = others[0]
+    p_value = float(mannwhitneyu(winner.repeats_ms, runner_up.repeats_ms, alternative="less").pvalue)
+    return {"runner_up": trial.parameter_id, "p_value": p_value, "separated": p_value < SEPARATION_P}

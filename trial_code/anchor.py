@@ -8,13 +8,20 @@ through PyTorch, where PyTorch is installed: fp32 with TF32 off, the class of ou
 TF32 on (tensor cores) for reference. cuDNN picks its own algorithm, which may be Winograd or
 FFT rather than a direct convolution (C2), so its "TFLOPS" count direct-convolution FLOPs.
 The anchor is timed like a trial (median of repeats, each at least a minimum time) while
-holding the device's measurement lock, so it never overlaps a trial's measurement, and in the
-same run as the kernels it is compared with.
+holding the device's measurement lock, so it never overlaps a trial's measurement.
+
+``compare`` sets a built kernel against the library the way a ratio can be trusted: both timed
+in the same process, interleaved, round after round, so a load that comes and goes hits both
+alike; the ratio is the median of the rounds' ratios. When the rounds' ratios spread wider than
+``BUSY_SPREAD`` the machine was too busy for a ratio, and none is given (on a 2-core machine with
+other work, one-shot timings of the same 256^3 MatMul gave 0.03x and 59x).
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -24,6 +31,14 @@ from .device_lock import exclusive
 from .targets import Target
 from .templates import for_workload
 from .workloads import Workload
+
+BUSY_SPREAD = 0.1
+"""The widest interquartile range of the rounds' ratios, relative to their median, a ratio is
+reported with. Idle, the development machine (2 shared vCPUs) gives MM_small against OpenBLAS
+rounds within a few percent but for a stray round at half speed, which the quartiles ignore;
+with a process spinning on every core the quartiles of the same rounds lie 30 % to 10x apart
+(``tests/test_trial_code.py``), and no single ratio stands for them."""
+ROUNDS = 7
 
 
 @dataclass(frozen=True)
@@ -36,9 +51,56 @@ class Anchor:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
-    def versus(self, tflops: float) -> str:
-        """'0.93x NumPy (OpenBLAS) at 171.8 GFLOPS' for a kernel of ``tflops``."""
-        return f"{tflops / self.tflops:.2f}x {self.library} at {self.tflops * 1e3:.1f} GFLOPS"
+
+@dataclass(frozen=True)
+class Comparison:
+    """A kernel against the vendor library, timed interleaved (``compare``)."""
+
+    library: str
+    vendor_tflops: float
+    """Median over the rounds."""
+    kernel_tflops: float
+    ratios: list[float]
+    """Each round's kernel TFLOPS / library TFLOPS."""
+
+    @property
+    def quartiles(self) -> tuple[float, float]:
+        low, high = np.percentile(self.ratios, [25, 75])
+        return float(low), float(high)
+
+    @property
+    def busy(self) -> bool:
+        low, high = self.quartiles
+        return (high - low) / self.ratio > BUSY_SPREAD
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ratios)
+
+    def versus(self) -> str:
+        """'1.28x NumPy (OpenBLAS) at 171.8 GFLOPS (quartiles 1.25-1.31 of 7 interleaved rounds)', or why not."""
+        low, high = self.quartiles
+        spread = f"quartiles {low:.2f}-{high:.2f} of {len(self.ratios)} interleaved rounds"
+        if self.busy:
+            return (f"no ratio to {self.library}: the machine was busy (the ratios' {spread} lie more than "
+                    f"{BUSY_SPREAD:.0%} of their median apart); compare again when it is idle")
+        return f"{self.ratio:.2f}x {self.library} at {self.vendor_tflops * 1e3:.1f} GFLOPS ({spread})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "busy": self.busy, "ratio": None if self.busy else self.ratio}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Comparison:
+        return Comparison(data["library"], data["vendor_tflops"], data["kernel_tflops"], list(data["ratios"]))
+
+
+@dataclass(frozen=True)
+class Vendor:
+    """The library's call on prepared inputs, and how to wait for it to finish."""
+
+    name: str
+    run: Callable[[], Any]
+    sync: Callable[[], Any]
 
 
 def _blas_name() -> str:
@@ -49,12 +111,10 @@ def _blas_name() -> str:
         return "BLAS"
 
 
-def measure(workload: Workload, target: Target, repeat: int = 5, min_repeat_ms: float = 50.0,
-            lock_timeout: float | None = 900.0, tf32: bool = False) -> Anchor | None:
-    """The vendor library on ``workload``, or None where there is none for it on this target.
-    ``tf32``: on a GPU, let cuBLAS/cuDNN use TF32 tensor cores (a reference, not a peer)."""
+def vendor(workload: Workload, target: Target, tf32: bool = False) -> Vendor | None:
+    """The library a user would call instead of the kernel, or None where there is none here."""
     if target.kind == "cuda":
-        return _cuda(workload, target, repeat, min_repeat_ms, lock_timeout, tf32)
+        return _torch(workload, target, tf32)
     if workload.family not in ("matmul", "batch_matmul"):
         return None
     s = workload.shape
@@ -66,26 +126,12 @@ def measure(workload: Workload, target: Target, repeat: int = 5, min_repeat_ms: 
     a_view = np.swapaxes(a, -1, -2) if s["layout"][0] == "T" else a
     b_view = np.swapaxes(b, -1, -2) if s["layout"][1] == "T" else b
     out = np.empty(lead + (s["n"], s["m"]), np.float32)
-    with exclusive(target.device, lock_timeout):
-        np.matmul(a_view, b_view, out=out)  # warm-up: threads started, pages touched
-        start = time.perf_counter()
-        np.matmul(a_view, b_view, out=out)
-        once = max(time.perf_counter() - start, 1e-7)
-        number = max(1, int(np.ceil(min_repeat_ms / 1e3 / once)))
-        runs = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            for _ in range(number):
-                np.matmul(a_view, b_view, out=out)
-            runs.append((time.perf_counter() - start) / number)
-    latency = statistics.median(runs)
-    return Anchor(f"NumPy ({_blas_name()})", for_workload(workload).flops(workload) / latency / 1e12, latency * 1e3,
-                  repeat)
+    return Vendor(f"NumPy ({_blas_name()})", lambda: np.matmul(a_view, b_view, out=out), lambda: None)
 
 
-def _cuda(workload: Workload, target: Target, repeat: int, min_repeat_ms: float, lock_timeout: float | None,
-          tf32: bool) -> Anchor | None:
-    """cuBLAS or cuDNN through PyTorch, timed with CUDA events; None without PyTorch or a GPU."""
+def _torch(workload: Workload, target: Target, tf32: bool) -> Vendor | None:
+    """cuBLAS or cuDNN through PyTorch; None without PyTorch or a GPU. ``tf32`` lets them use
+    TF32 tensor cores (a reference, not a peer); cuDNN times its algorithms once and keeps the fastest."""
     try:
         import torch
     except ImportError:
@@ -98,47 +144,79 @@ def _cuda(workload: Workload, target: Target, repeat: int, min_repeat_ms: float,
     def random(*shape: int) -> Any:
         return torch.randn(*shape, device="cuda", dtype=torch.float32, generator=generator)
 
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True
+    precision = f"PyTorch {torch.__version__.split('+')[0]}, {'TF32' if tf32 else 'fp32'}"
     if workload.family == "conv2d":
         data = random(s["batch"], s["in_channels"], s["height"], s["width"])
         weight = random(s["out_channels"], s["in_channels"], s["kernel_h"], s["kernel_w"])
-        library = "cuDNN"
+        return Vendor(f"cuDNN ({precision})", lambda: torch.nn.functional.conv2d(
+            data, weight, stride=s["stride"], padding=s["padding"]), torch.cuda.synchronize)
+    lead = (s["batch"],) if workload.family == "batch_matmul" else ()
+    a = random(*lead, *((s["k"], s["n"]) if s["layout"][0] == "T" else (s["n"], s["k"])))
+    b = random(*lead, *((s["m"], s["k"]) if s["layout"][1] == "T" else (s["k"], s["m"])))
+    a_view = a.transpose(-1, -2) if s["layout"][0] == "T" else a
+    b_view = b.transpose(-1, -2) if s["layout"][1] == "T" else b
+    return Vendor(f"cuBLAS ({precision})", lambda: torch.matmul(a_view, b_view), torch.cuda.synchronize)
 
-        def run() -> Any:
-            return torch.nn.functional.conv2d(data, weight, stride=s["stride"], padding=s["padding"])
-    else:
-        lead = (s["batch"],) if workload.family == "batch_matmul" else ()
-        a = random(*lead, *((s["k"], s["n"]) if s["layout"][0] == "T" else (s["n"], s["k"])))
-        b = random(*lead, *((s["m"], s["k"]) if s["layout"][1] == "T" else (s["k"], s["m"])))
-        a_view = a.transpose(-1, -2) if s["layout"][0] == "T" else a
-        b_view = b.transpose(-1, -2) if s["layout"][1] == "T" else b
-        library = "cuBLAS"
 
-        def run() -> Any:
-            return torch.matmul(a_view, b_view)
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cudnn.benchmark = True  # cuDNN times its algorithms once and keeps the fastest
-    try:
-        with exclusive(target.device, lock_timeout):
-            for _ in range(3):  # warm-up: handles created, algorithms chosen
-                run()
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            number = max(1, int(np.ceil(min_repeat_ms / max(start.elapsed_time(end), 1e-4))))
-            runs = []
-            for _ in range(repeat):
-                start.record()
-                for _ in range(number):
-                    run()
-                end.record()
-                end.synchronize()
-                runs.append(start.elapsed_time(end) / 1e3 / number)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved
+def _runs_per_window(run: Callable[[], Any], sync: Callable[[], Any], min_repeat_ms: float) -> int:
+    """How many calls make a window of ``min_repeat_ms`` (after a warm-up: threads started, pages
+    touched, handles made)."""
+    for _ in range(2):
+        run()
+    sync()
+    start = time.perf_counter()
+    run()
+    sync()
+    return max(1, math.ceil(min_repeat_ms / 1e3 / max(time.perf_counter() - start, 1e-7)))
+
+
+SETTLE_S = 0.5
+"""Pause before each window: the other runtime's worker threads (TVM's pool, OpenBLAS's) spin
+for a while after their last call and take cores from this window's; after 0.1 s, OpenBLAS
+still ran MM_small 50x slower in some windows, after 0.5 s in none."""
+
+
+def _seconds_per_run(run: Callable[[], Any], sync: Callable[[], Any], number: int, settle: float = 0.0) -> float:
+    """Seconds per call over ``number`` calls, after ``settle`` seconds of pause (``SETTLE_S``)."""
+    sync()
+    time.sleep(settle)
+    run()  # wakes this runtime's threads
+    sync()
+    start = time.perf_counter()
+    for _ in range(number):
+        run()
+    sync()
+    return (time.perf_counter() - start) / number
+
+
+def measure(workload: Workload, target: Target, repeat: int = 5, min_repeat_ms: float = 50.0,
+            lock_timeout: float | None = 900.0, tf32: bool = False) -> Anchor | None:
+    """The vendor library alone on ``workload`` (median of ``repeat`` windows), or None where
+    there is none for it on this target."""
+    library = vendor(workload, target, tf32)
+    if library is None:
+        return None
+    with exclusive(target.device, lock_timeout):
+        number = _runs_per_window(library.run, library.sync, min_repeat_ms)
+        runs = [_seconds_per_run(library.run, library.sync, number) for _ in range(repeat)]
     latency = statistics.median(runs)
-    name = f"{library} (PyTorch {torch.__version__.split('+')[0]}, {'TF32' if tf32 else 'fp32'})"
-    return Anchor(name, for_workload(workload).flops(workload) / latency / 1e12, latency * 1e3, repeat)
+    return Anchor(library.name, for_workload(workload).flops(workload) / latency / 1e12, latency * 1e3, repeat)
+
+
+def compare(workload: Workload, target: Target, kernel: Callable[[], Any], kernel_sync: Callable[[], Any],
+            rounds: int = ROUNDS, min_repeat_ms: float = 50.0, lock_timeout: float | None = 900.0) -> Comparison | None:
+    """``kernel`` (a call of the built kernel on prepared arguments) against the vendor library:
+    each round times a window of each, one after the other; None where there is no library."""
+    library = vendor(workload, target)
+    if library is None:
+        return None
+    flops = for_workload(workload).flops(workload)
+    with exclusive(target.device, lock_timeout):
+        numbers = (_runs_per_window(kernel, kernel_sync, min_repeat_ms),
+                   _runs_per_window(library.run, library.sync, min_repeat_ms))
+        pairs = [(_seconds_per_run(kernel, kernel_sync, numbers[0], SETTLE_S),
+                  _seconds_per_run(library.run, library.sync, numbers[1], SETTLE_S)) for _ in range(rounds)]
+    return Comparison(library.name, flops / statistics.median(v for _, v in pairs) / 1e12,
+                      flops / statistics.median(k for k, _ in pairs) / 1e12, [v / k for k, v in pairs])

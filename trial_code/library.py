@@ -12,12 +12,13 @@ the CPU it was built for (``best.json``'s target names it).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import tvm
 
+from .kernel import tvm  # through kernel: TVM's CPU threads sized to this process's cores first
 from .templates import for_workload
 from .workloads import Workload
 
@@ -32,6 +33,18 @@ class Kernel:
 
     def __call__(self, *inputs: np.ndarray) -> np.ndarray:
         """The workload's output for ``inputs`` (float32, the workload's shapes), as a new array."""
+        arguments = self._arguments(inputs)
+        self.function(*arguments)
+        self.device.sync()
+        return arguments[-1].numpy()
+
+    def caller(self, *inputs: np.ndarray) -> Callable[[], Any]:
+        """A call of the kernel on device copies of ``inputs`` made once, for timing it
+        (``anchor.compare``); ``self.device.sync`` waits for it."""
+        arguments = self._arguments(inputs)
+        return lambda: self.function(*arguments)
+
+    def _arguments(self, inputs: tuple[np.ndarray, ...]) -> list[Any]:
         if len(inputs) != len(self.input_shapes):
             raise ValueError(f"{self.workload.name} takes {len(self.input_shapes)} arrays, got {len(inputs)}")
         for position, (given, shape) in enumerate(zip(inputs, self.input_shapes)):
@@ -39,10 +52,7 @@ class Kernel:
                 raise ValueError(f"input {position} of {self.workload.name} must have shape {shape}, "
                                  f"got {tuple(np.shape(given))}")
         arguments = [tvm.runtime.tensor(np.ascontiguousarray(x, dtype=np.float32), self.device) for x in inputs]
-        output = tvm.runtime.empty(self.output_shape, "float32", self.device)
-        self.function(*arguments, output)
-        self.device.sync()
-        return output.numpy()
+        return arguments + [tvm.runtime.empty(self.output_shape, "float32", self.device)]
 
 
 def load(path: str, workload: Workload, device: str = "cpu") -> Kernel:
