@@ -17,13 +17,13 @@ tells apart, layer by layer:
   timed in every round, in a rotated order, and the tables give the median over rounds. Within
   a round the tuners alternate (seed by seed), so a slow spell of a few minutes falls on every
   tuner's runs alike: with each tuner's runs in one block, such spells moved all six seeds of
-  one tuner together (docs/results/network-kin-kernels, ``profile-blocks.csv``).
+  one tuner together (docs/results/networks/*/profile-blocks.csv).
 
 TVM's default schedule in every layer is timed the same way where the benchmark recorded it
 (``defaults.json``): a control, since no search picked those kernels, whose recorded against
 alone shows how far the machine itself has drifted since the benchmark ran. A weak one on the
 CPU: its loop nests run on one thread, and a shared machine's drift can reach multi-threaded
-kernels alone (docs/results/network-resnet18-transfer found 1.03x for it, 1.2-1.35x for the
+kernels alone (one ResNet-18 session found 1.03x for it, 1.2-1.35x for the
 tuned kernels, then an hour later 0.94x and 0.91-1.05x). Compare runs timed in one session.
 
 Every round's figures go to ``profile.csv`` as they are taken (a repeated command adds the

@@ -5,7 +5,7 @@
     nni-opevo trial --workload MM_small --target cpu --params '{...}'
     nni-opevo spaces [--workload MM1 --tuner nose]
     nni-opevo benchmark --objective synthetic --workloads SYN1 --out /tmp/bench
-    nni-opevo profile --out docs/results/network-resnet18-transfer
+    nni-opevo profile --out docs/results/networks/resnet18
     nni-opevo overhead --tuner opevo
     nni-opevo register
     nni-opevo docs

@@ -9,6 +9,7 @@ no package index and every import of the project comes from the wheel."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -28,9 +29,12 @@ def _files(folder: Path) -> set[str]:
 
 @pytest.mark.slow(seconds=120)
 def test_the_wheel_runs_the_quickstart_from_an_empty_folder(tmp_path):
-    dist = tmp_path / "dist"
+    dist, source = tmp_path / "dist", tmp_path / "source"  # built from a copy: no build/ left in the checkout
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", ".devcarry",
+                                                                 "__pycache__", "docs"))
+    (source / "docs").mkdir()
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
-                    str(ROOT)], check=True, capture_output=True, timeout=300)
+                    str(source)], check=True, capture_output=True, timeout=300)
     wheel = next(dist.glob("nni_opevo-*.whl"))
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)

@@ -13,7 +13,7 @@ with an optimistic forward guess (its latency could fall to zero in as many tria
 with probability ``epsilon`` a random layer instead (Ansor's defaults: alpha 0.2, window 3,
 epsilon 0.05). Ansor's similarity term (a layer's latency could also fall to twice what it would
 be at the best throughput of the layers of its template) is left out: on ResNet-18 it made the
-tuned networks no faster (docs/results/network-resnet18-allocators). The warm-up gives a layer up to ``WARMUP`` trials
+tuned networks no faster (docs/decisions.md, Networks). The warm-up gives a layer up to ``WARMUP`` trials
 to find a working kernel; a layer that has none after them gets only the random share. Layers
 whose tuner has nothing left to propose are skipped.
 """

@@ -20,15 +20,15 @@ SCREEN = 32
 (docs/tuners.md#opevo--opevotuner, "screen, explore, restart")."""
 EXPLORE = 0.1
 """Share of the screened candidates drawn at random: the best tried; 0 traded the W6600 for the
-MI250X, Titan and held-out caches (docs/results/benchmark-hub/dropped-2026-11-25)."""
+MI250X, Titan and held-out caches (docs/decisions.md)."""
 RESTART = 25
 """Measurements without progress before a restart: 12 and 50 did no better (docs/tuners.md)."""
 LOCAL = 0.5
 """Share of proposals that are local steps: 0, 0.25, 0.5, 0.75 gave 0.929, 0.936, 0.942, 0.934 on the
-15 cells of the caches (docs/results/benchmark-hub/local-steps)."""
+15 cells of the caches (docs/decisions.md)."""
 MIGRANTS = 2
 """Each kin layer's best kernels screened per proposal: 96 of 96 synthetic seeds find a kin's kernel
-against 25 of 96 with 0 (docs/results/network-kin-kernels)."""
+against 25 of 96 with 0 (docs/results/network-transfer-synthetic.md)."""
 
 # ------------------------------------------------------------------ the screened variant's search
 
