@@ -175,7 +175,7 @@ def profile(out: Path, network: str, target: Target, rounds: int, limits: Limits
             if (network, target.kind, run.tuner, run.seed, round_) in done:
                 continue
             print(f"round {round_}: {run.tuner} seed {run.seed}", flush=True)
-            with exclusive(target.device, limits.lock_timeout):
+            with exclusive(target.device, limits.lock_wait):
                 rows = session.time_round(run)
             _append(out / FILE, [{"network": network, "target": target.kind, "tuner": run.tuner, "seed": run.seed,
                                   "round": round_, **row} for row in rows])

@@ -35,6 +35,16 @@ m.time_kernel = forever
 """
 
 
+NATIVE_HANG = """
+import os, trial_code.measure as m
+real = m.time_kernel
+def forever(module, args, device, repeat, min_repeat_ms, adaptive=False):
+    open(os.environ["NNI_OPEVO_TEST_TIMING"], "w").close()
+    return real(module, args, device, 1000, 600_000)  # ten minutes inside TVM's time evaluator (C++)
+m.time_kernel = forever
+"""
+
+
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     """This test's own lock folder (and the variables a fault needs), for the trial and its worker."""
@@ -111,6 +121,34 @@ def test_the_worker_dies_with_its_trial_and_frees_the_device(tmp_path, env, how)
     assert gone(lock_dir), "the worker outlived its trial"
     with exclusive("cpu", timeout=5):
         pass
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "term"])
+def test_a_worker_inside_native_code_dies_with_its_trial(tmp_path, env, how):
+    """The worker timing a kernel in TVM's C++ time evaluator, where no Python signal handler
+    runs: killing the trial still ends it at once (its watcher kills its session), and the
+    device lock is free for the next trial."""
+    lock_dir = env["NNI_OPEVO_LOCK_DIR"]
+    process = trial(inject(tmp_path, env, NATIVE_HANG), "--run-timeout", "600")
+    wait_until_measuring(env)
+    time.sleep(1)  # well inside the evaluator's loop
+    process.send_signal(how)
+    process.wait(timeout=30)
+    assert gone(lock_dir, timeout=5), "the worker outlived its trial inside native code"
+    with exclusive("cpu", timeout=5):
+        pass
+
+
+def test_the_device_wait_follows_the_run_timeout(tmp_path, env):
+    """Without --lock-timeout, a trial behind a holder that never lets go waits 3 x its run
+    timeout plus its build timeout, not a fixed quarter of an hour."""
+    with exclusive("cpu"):
+        started = time.time()
+        process = trial(env, "--run-timeout", "2", "--build-timeout", "3")
+        out, _ = process.communicate(timeout=300)
+    report = json.loads(out)
+    assert report["status"] == "DEVICE_BUSY" and "for 9 s" in report["error"], report
+    assert time.time() - started < 60
 
 
 def test_a_killed_worker_is_a_reported_failure(tmp_path, env):

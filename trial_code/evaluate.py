@@ -5,8 +5,8 @@ Static feasibility is checked here, in milliseconds and without TVM. Everything 
 kernel that exceeds ``run_timeout`` (counted from when the device lock is held, so waiting for
 other trials' measurements never counts) is killed with its compilers, and a crash is turned
 into a status from the phase it happened in. Waiting for the device lock is bounded too
-(``lock_timeout``: DEVICE_BUSY). The worker dies with this process, whatever ends it (the
-worker asks the kernel for SIGTERM when its parent dies, and then kills its own session).
+(``lock_timeout``: DEVICE_BUSY). The worker dies with this process, whatever ends it: its
+watcher kills the worker's session when this process's end closes their pipe (``worker``).
 """
 from __future__ import annotations
 
@@ -57,9 +57,22 @@ class Limits:
     repeat: int = 5
     min_repeat_ms: int = 50
     seed: int = 0
-    lock_timeout: float = 900.0
+    lock_timeout: float | None = None
     """Seconds a trial may wait for the device's measurement lock before DEVICE_BUSY (on a GPU
-    with its kernel built; on the CPU before building, see ``worker.run``)."""
+    with its kernel built; on the CPU before building, see ``worker.run``); None: ``lock_wait``."""
+
+    @property
+    def lock_wait(self) -> float:
+        """The wait for the device: ``lock_timeout``, else ``LOCK_WAITS`` x ``run_timeout`` plus
+        ``build_timeout``. A holder keeps the lock for at most its own run timeout, and on the CPU
+        its build too (its watcher kills it with its trial, and the OS frees a dead holder's lock
+        at once), so this covers a CPU holder's build and a few measurements ahead."""
+        if self.lock_timeout is not None:
+            return self.lock_timeout
+        return LOCK_WAITS * self.run_timeout + self.build_timeout
+
+
+LOCK_WAITS = 3
 
 
 DEFAULT_LIMITS = Limits()
@@ -90,7 +103,7 @@ def _evaluate(workload: Workload, params: dict[str, Any] | None, target: Target,
                       f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); use target cpu")
     job = {"workload": workload.to_json(), "params": params, "target": target.to_json(), "seed": limits.seed,
            "repeat": limits.repeat, "min_repeat_ms": limits.min_repeat_ms, "build_only": build_only,
-           "source_path": source_path, "library_path": library_path, "lock_timeout": limits.lock_timeout}
+           "source_path": source_path, "library_path": library_path, "lock_timeout": limits.lock_wait}
     with tempfile.TemporaryFile("w+") as stderr:
         events, returncode, timed_out = _run_worker(job, limits, stderr)
         ended = time.monotonic()
@@ -119,7 +132,7 @@ def _verdict(workload: Workload, limits: Limits, events: list[dict[str, Any]], r
             return Result(Status.RUN_TIMEOUT, build_s=build_s, error=f"killed after the {limits.run_timeout:g} s limit")
         if "built" in phases or ("waiting" in phases and "locked" not in phases):
             return Result(Status.DEVICE_BUSY, build_s=build_s,
-                          error=f"the device stayed busy for {limits.lock_timeout:g} s (and the worker did not say so)")
+                          error=f"the device stayed busy for {limits.lock_wait:g} s (and the worker did not say so)")
         return Result(Status.BUILD_TIMEOUT, build_s=build_s, error=f"killed after the {limits.build_timeout:g} s limit")
     last = events[-1] if events else {}
     if last.get("event") == "failed":
@@ -144,8 +157,24 @@ def _run_worker(job: dict[str, Any], limits: Limits, stderr: Any) -> tuple[list[
     and the deadline of that phase would then not be kept."""
     env = dict(os.environ)
     env["PYTHONPATH"] = PACKAGES + os.pathsep + env.get("PYTHONPATH", "")
-    process = subprocess.Popen([sys.executable, "-m", "trial_code.worker"], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=True)
+    # The worker's watcher reads this pipe; only this process writes it, so it closes when this
+    # process ends, however that happens, and the watcher then kills the worker's session.
+    watch_read, watch_write = os.pipe()
+    env[WATCH_ENV] = str(watch_read)
+    try:
+        process = subprocess.Popen([sys.executable, "-m", "trial_code.worker"], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=True,
+                                   pass_fds=(watch_read,))
+    finally:
+        os.close(watch_read)
+    try:
+        return _follow_worker(process, job, limits)
+    finally:
+        os.close(watch_write)  # the worker has ended: its watcher now sweeps what it left
+
+
+def _follow_worker(process: subprocess.Popen, job: dict[str, Any], limits: Limits
+                   ) -> tuple[list[dict[str, Any]], int, bool]:
     assert process.stdin is not None and process.stdout is not None
     events: list[dict[str, Any]] = []
     timed_out = False
@@ -175,7 +204,7 @@ def _run_worker(job: dict[str, Any], limits: Limits, stderr: Any) -> tuple[list[
                 # Each phase has its own limit from when it starts: building, waiting for the
                 # device (a margin past the worker's own lock timeout; on the CPU before the
                 # build, see ``worker.run``), measuring.
-                waiting = time.monotonic() + limits.lock_timeout + LOCK_MARGIN_S
+                waiting = time.monotonic() + limits.lock_wait + LOCK_MARGIN_S
                 deadline = {"waiting": waiting, "locked": time.monotonic() + limits.build_timeout,
                             "built": waiting, "measuring": time.monotonic() + limits.run_timeout,
                             }.get(event["event"], deadline)
@@ -191,6 +220,8 @@ def _run_worker(job: dict[str, Any], limits: Limits, stderr: Any) -> tuple[list[
 PACKAGES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """The folder that holds ``trial_code`` (a checkout or site-packages): the worker imports the same
 trial code as this process, wherever that process was started."""
+WATCH_ENV = "NNI_OPEVO_WATCH_FD"
+"""The environment variable that gives the worker the descriptor of the pipe its watcher reads."""
 LOCK_MARGIN_S = 30.0
 """Past the worker's lock timeout, how long the parent waits for it to report DEVICE_BUSY itself."""
 

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 from . import networks, targets
 from .cli import add_workload_options, layer_from, workload_from
-from .evaluate import Limits, Result, evaluate
+from .evaluate import LOCK_WAITS, Limits, Result, evaluate
 from .status import Status
 
 
@@ -61,8 +61,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="seconds (default %(default)s)")
     parser.add_argument("--run-timeout", type=_seconds, default=Limits.run_timeout,
                         help="seconds for checking and timing, once the device is ours (default %(default)s)")
-    parser.add_argument("--lock-timeout", type=_seconds, default=Limits.lock_timeout,
-                        help="seconds a built kernel may wait for the device before DEVICE_BUSY (default %(default)s)")
+    parser.add_argument("--lock-timeout", type=_seconds, default=None,
+                        help="seconds a trial may wait for the device before DEVICE_BUSY (default: "
+                             f"{LOCK_WAITS} x --run-timeout + --build-timeout)")
     parser.add_argument("--repeat", type=int, default=Limits.repeat, help="timed repeats, median reported")
     parser.add_argument("--min-repeat-ms", type=int, default=Limits.min_repeat_ms,
                         help="each repeat runs the kernel enough times to last this long")

@@ -8,16 +8,16 @@ build and run time limits from those events and kills this process when one is e
 which a build stuck in the compiler or a kernel that never returns cannot do for itself.
 
 It runs in a session of its own (so the parent can kill it with its compilers), which would
-let it outlive a trial killed by NNI or ``kill -9``: so it asks the kernel for SIGTERM when its
-parent dies (``PR_SET_PDEATHSIG``), and on SIGTERM kills its whole session, compilers
-included, and with it its hold on the device lock.
+let it outlive a trial killed by NNI or ``kill -9``. So its first act is to start a watcher
+(``watcher``) in that session, which kills the whole session when the trial ends: the worker,
+whatever native code it is in (an LLVM build, a kernel that never returns), its compilers,
+and with them its hold on the device lock. Nothing of this depends on Python running in the
+worker, which a signal handler would.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
 import sys
 import time
 import traceback
@@ -25,7 +25,6 @@ from typing import Any
 
 EVENTS = os.fdopen(os.dup(1), "w", buffering=1)
 os.dup2(2, 1)  # stray prints from TVM, nvcc or LLVM go to stderr
-PR_SET_PDEATHSIG = 1
 
 DEVICE_COMPILE_MARKERS = ("nvrtc", "nvcc", "ptxas", "cuda_error", "cuModuleLoad", "CUDA_ERROR")
 
@@ -156,19 +155,21 @@ def _write_text(path: str, text: str) -> None:
         handle.write(text)
 
 
-def die_with_parent() -> None:
-    """SIGTERM when the parent dies, and SIGTERM kills this whole session (see the docstring)."""
-    signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL))
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: the parent's deadlines still bound the worker
+def watch_parent(fd: int | None) -> None:
+    """Start the watcher (``watcher``) in this session on ``fd``, the read end of the trial's pipe.
+    Without one (run by hand), the parent's deadlines alone bound the worker."""
+    if fd is None:
         return
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os.killpg(0, signal.SIGKILL)
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, "-m", "trial_code.watcher", str(fd)])
+    os.close(fd)
 
 
 def main() -> None:
-    die_with_parent()
+    from .evaluate import WATCH_ENV
+
+    watched = os.environ.pop(WATCH_ENV, None)
+    watch_parent(int(watched) if watched else None)
     job = json.loads(sys.stdin.read())
     try:
         run(job)

@@ -257,7 +257,7 @@ def measure(network: str, layer_kernels: dict[str, Any], target: Target, limits:
     Raises WrongNetwork when the result differs from the reference, and whatever TVM raises
     when a kernel cannot be built."""
     program = Program(network, layer_kernels, target)
-    with exclusive(target.device, limits.lock_timeout):
+    with exclusive(target.device, limits.lock_wait):
         runs = program.load(limits.seed).time(limits)
     return EndToEnd(float(np.median(runs)), tuple(runs), program.build_s, program.max_error)
 
