@@ -52,6 +52,25 @@ def positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+def int_in(low: int, high: int) -> Rule:
+    """An integer from ``low`` to ``high``. Every count a tuner allocates or loops over by has an
+    upper bound, so no classArg can make a proposal take unbounded time or memory."""
+    def rule(name: str, value: Any) -> int:
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not low <= value <= high:
+            raise fail(name, f"must be an integer from {low} to {high}", value)
+        return int(value)
+    return rule
+
+
+def real_in(low: float, high: float) -> Rule:
+    """A number above ``low`` and at most ``high``."""
+    def rule(name: str, value: Any) -> float:
+        if not _is_number(value) or not low < value <= high:
+            raise fail(name, f"must be a number above {low:g} and at most {high:g}", value)
+        return float(value)
+    return rule
+
+
 def open_unit(name: str, value: Any) -> float:
     """A rate strictly between 0 and 1."""
     if not _is_number(value) or not 0 < value < 1:
@@ -72,11 +91,11 @@ def positive_real(name: str, value: Any) -> float:
     return float(value)
 
 
-def at_least(low: float, note: str = "") -> Rule:
-    """A number >= ``low``; ``note`` says what the bound means."""
+def at_least(low: float, note: str = "", high: float = 1e6) -> Rule:
+    """A number from ``low`` to ``high``; ``note`` says what the lower bound means."""
     def rule(name: str, value: Any) -> float:
-        if not _is_number(value) or not value >= low:
-            raise fail(name, f"must be a number >= {low:g}{note}", value)
+        if not _is_number(value) or not low <= value <= high:
+            raise fail(name, f"must be a number from {low:g}{note} to {high:g}", value)
         return float(value)
     return rule
 

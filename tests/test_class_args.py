@@ -65,7 +65,7 @@ def test_a_rule_is_the_same_for_the_validator_and_the_constructor():
         nni_opevo.OpEvoClassArgsValidator().validate_class_args(**bad)
     with pytest.raises(ValueError) as by_constructor:
         nni_opevo.OpEvoTuner(**bad)
-    assert str(by_validator.value) == str(by_constructor.value) == "classArg 'parents_size' must be an integer >= 1, got 0"
+    assert str(by_validator.value) == str(by_constructor.value) == "classArg 'parents_size' must be an integer from 1 to 256, got 0"
 
 
 def test_docs_tables_are_generated_from_the_declarations():
@@ -108,3 +108,18 @@ def test_a_network_spec_sets_the_network_tuners_own_class_args():
     assert (args["allocator"], args["transfer"], args["tuner_args"]["mutate_rate"]) == ("round-robin", False, 0.3)
     with pytest.raises(ValueError, match="classArg 'transfer' must be true or false"):
         catalog.network_class_args("opevo@transfer=maybe", weights)
+
+
+@pytest.mark.parametrize("tuner", TUNERS, ids=lambda t: t.__name__)
+def test_every_numeric_class_arg_has_an_upper_bound(tuner):
+    """A huge but otherwise valid count (``screen: 1e9``, ``sa_chains: 1e9``, ``hidden_size: 1e7``)
+    is refused when the tuner is built, with the classArg and its range named: no classArg can
+    make a proposal take unbounded time or memory."""
+    base = {"tuner": "Random"} if tuner is nni_opevo.ChoiceViewTuner else {}
+    numeric = [f for f in dataclasses.fields(tuner.Args)
+               if isinstance(class_args._default(f), (int, float)) and not isinstance(class_args._default(f), bool)
+               and f.name != "seed"]
+    for field in numeric:
+        huge = 10**9 if isinstance(class_args._default(field), int) else 1e9
+        with pytest.raises(ValueError, match=rf"classArg '{field.name}' must be .* (to|at most|and) [\d.e+]+"):
+            tuner(**base, **{field.name: huge})

@@ -154,7 +154,7 @@ def test_bad_network_spaces_and_weights_name_the_rule(space, class_args, message
 @pytest.mark.parametrize("class_args, message", [
     ({"tuner": "TPE"}, "classArg 'tuner' must name a tuner of this package"),
     ({"tuner_args": {"seed": 1}}, "classArg 'tuner_args' must not set 'seed'"),
-    ({"tuner_args": {"parents_size": 0}}, "classArg 'parents_size' must be an integer >= 1"),
+    ({"tuner_args": {"parents_size": 0}}, "classArg 'parents_size' must be an integer from 1 to 256"),
     ({"weights": {"big": 0}}, "classArg 'weights' must give each layer a positive number"),
     ({"allocator": "greedy"}, "classArg 'allocator' must be 'gradient' or 'round-robin'"),
 ])

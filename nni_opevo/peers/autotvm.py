@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..base import PopulationTuner
-from ..class_args import SearchArgs, arg, at_least, one_of, positive_int, unit
+from ..class_args import SearchArgs, arg, at_least, int_in, one_of, unit
 from ..space.search_space import Config, ConfigKey
 from .annealing import Annealer
 from .cost_model import OBJECTIVES, XGBoostCostModel, import_xgboost
@@ -37,17 +37,17 @@ _logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AutoTVMArgs(SearchArgs):
-    plan_size: int = arg(64, positive_int, "b, the batch planned per model fit (AutoTVM: 64)")
+    plan_size: int = arg(64, int_in(1, 4096), "b, the batch planned per model fit (AutoTVM: 64)")
     epsilon: float = arg(0.05, unit, "share of each batch drawn at random")
-    diversity_ratio: float = arg(2.0, at_least(1, " (1 turns diversity off)"),
+    diversity_ratio: float = arg(2.0, at_least(1, " (1 turns diversity off)", high=100),
                                  "lambda: eq. 3 picks the batch from the top lambda*b of the annealer")
     diversity_weight: float = arg(1.0, at_least(0), "alpha of eq. 3, per newly covered parameter value, against "
                                                     "predicted quality scaled to [0, 1]")
     loss: str = arg("rank", one_of(*OBJECTIVES), "'rank' (pairwise rank objective, AutoTVM's default) or "
                                                  "'reg' (squared error)")
-    sa_chains: int = arg(128, positive_int, "parallel chains of the simulated annealer")
-    sa_steps: int = arg(500, positive_int, "steps of the annealer per plan")
-    sa_early_stop: int = arg(50, positive_int, "the annealer stops after this many steps without a new best")
+    sa_chains: int = arg(128, int_in(1, 4096), "parallel chains of the simulated annealer")
+    sa_steps: int = arg(500, int_in(1, 100_000), "steps of the annealer per plan")
+    sa_early_stop: int = arg(50, int_in(1, 100_000), "the annealer stops after this many steps without a new best")
 
     def check(self) -> None:
         import_xgboost()

@@ -29,7 +29,7 @@ from nni.tuner import Tuner
 
 from .. import fatal
 from ..base import PROPOSALS_PER_TRIAL, RANDOM_DRAWS, REPORT_EVERY, parse_class_args, parse_records
-from ..class_args import ConstraintArgs, arg, document, fail, mapping, positive_int
+from ..class_args import ConstraintArgs, arg, document, fail, int_in, mapping
 from ..space.parameters import ChoiceParameter, DiscreteParameter, FactorParameter, Parameter, PermParameter, SpaceError
 from ..space.search_space import SearchSpace
 
@@ -49,7 +49,8 @@ def builtin_name(name: str, value: Any) -> str:
 class ChoiceViewArgs(ConstraintArgs):
     tuner: str = arg("TPE", builtin_name, "the built-in tuner's name, as in `tuner: {name: ...}`")
     tuner_args: dict = arg({}, mapping, "its classArgs, e.g. `{optimize_mode: maximize, seed: 1}`")
-    max_choices: int = arg(10_000, positive_int, "the most values a factor or perm may have to be listed as a choice")
+    max_choices: int = arg(10_000, int_in(1, 1_000_000),
+                           "the most values a factor or perm may have to be listed as a choice")
 
     def check(self) -> None:
         _builtin(self)

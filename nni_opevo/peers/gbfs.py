@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base import PopulationTuner
-from ..class_args import SearchArgs, arg, positive_int
+from ..class_args import SearchArgs, arg, int_in
 from ..space.search_space import Config, ConfigKey
 
 
 @dataclass(frozen=True)
 class GBFSArgs(SearchArgs):
-    num_samples: int = arg(5, positive_int, "rho, the random neighbours measured per expanded configuration (paper: 5)")
+    num_samples: int = arg(5, int_in(1, 1024), "rho, the random neighbours measured per expanded configuration (paper: 5)")
 
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..base import PopulationTuner
-from ..class_args import SearchArgs, arg, open_unit, positive_int, unit
+from ..class_args import SearchArgs, arg, int_in, open_unit, unit
 from ..space.parameters import SpaceError
 from ..space.search_space import Config, ConfigKey, SearchSpace
 from .actor_critic import ActorCritic
@@ -40,9 +40,9 @@ MAX_ACTIONS = 50_000
 
 @dataclass(frozen=True)
 class NA2CArgs(SearchArgs):
-    max_steps: int = arg(3, positive_int, "T, the moves of one episode from the best configuration (paper: 3)")
+    max_steps: int = arg(3, int_in(1, 64), "T, the moves of one episode from the best configuration (paper: 3)")
     epsilon: float = arg(0.1, unit, "probability of a uniform move instead of the policy's")
-    hidden_size: int = arg(128, positive_int, "hidden units of the actor-critic network")
+    hidden_size: int = arg(128, int_in(1, 1024), "hidden units of the actor-critic network")
     learning_rate: float = arg(1e-3, open_unit, "Adam step size")
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..base import PopulationTuner
-from ..class_args import SearchArgs, arg, positive_int, positive_real, unit
+from ..class_args import SearchArgs, arg, int_in, real_in, unit
 from ..space.search_space import Config, ConfigKey
 from ..space.steps import redraw
 from .knn import KnnSurrogate
@@ -34,12 +34,12 @@ BREED_ATTEMPTS = 4
 
 @dataclass(frozen=True)
 class NoSEArgs(SearchArgs):
-    population_size: int = arg(100, positive_int, "N (paper: 100); also the number of random initial configurations")
-    offspring_ratio: float = arg(1.5, positive_real, "M/N, children bred per generation (paper: 1.5)")
-    elite_ratio: float = arg(0.3, positive_real, "E/N, children measured per generation, the elite among the M "
+    population_size: int = arg(100, int_in(1, 10_000), "N (paper: 100); also the number of random initial configurations")
+    offspring_ratio: float = arg(1.5, real_in(0, 100), "M/N, children bred per generation (paper: 1.5)")
+    elite_ratio: float = arg(0.3, real_in(0, 100), "E/N, children measured per generation, the elite among the M "
                                                  "(paper: 0.3; below offspring_ratio)")
     mutate_rate: float = arg(0.3, unit, "p, the probability that a child's parameter is redrawn at random (paper: 0.3)")
-    k: int = arg(9, positive_int, "neighbours of the k-NN surrogate (paper: 9)")
+    k: int = arg(9, int_in(1, 1000), "neighbours of the k-NN surrogate (paper: 9)")
 
     def check(self) -> None:
         if self.elite_ratio >= self.offspring_ratio:
