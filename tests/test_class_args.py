@@ -65,7 +65,8 @@ def test_a_rule_is_the_same_for_the_validator_and_the_constructor():
         nni_opevo.OpEvoClassArgsValidator().validate_class_args(**bad)
     with pytest.raises(ValueError) as by_constructor:
         nni_opevo.OpEvoTuner(**bad)
-    assert str(by_validator.value) == str(by_constructor.value) == "classArg 'parents_size' must be an integer from 1 to 256, got 0"
+    assert str(by_validator.value) == str(by_constructor.value) == \
+        "classArg 'parents_size' must be an integer from 1 to 256, got 0"
 
 
 def test_docs_tables_are_generated_from_the_declarations():

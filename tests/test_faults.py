@@ -265,6 +265,42 @@ def test_a_resumed_tuner_never_proposes_a_configuration_the_stop_cancelled(tmp_p
     assert after.population.best()[1] == max(float(p["x"]) for p in proposed[:4])
 
 
+def test_a_journal_cut_mid_line_keeps_every_later_proposal_readable(tmp_path, monkeypatch):
+    """A crash cut the journal's last line; the resumed tuner's next record starts on a line of
+    its own, so a second resume still reads it (before, it was glued to the torn line and lost)."""
+    from nni_opevo import OpEvoTuner
+    from nni_opevo.journal import FILE, Journal
+
+    monkeypatch.setenv("NNI_CHECKPOINT_DIRECTORY", str(tmp_path))
+    space = {"x": {"_type": "randint", "_value": [0, 1000]}}
+    first = OpEvoTuner(seed=0)
+    first.update_search_space(space)
+    for i in range(3):
+        first.generate_parameters(i)
+    journal = tmp_path / FILE
+    journal.write_text(journal.read_text()[:-7])  # the third record torn
+    second = OpEvoTuner(seed=1)
+    second.load_checkpoint()
+    second.update_search_space(space)
+    after_resume = second.generate_parameters(3)
+    third = Journal(str(tmp_path)).read()
+    assert len(third) == 3 and third[-1] == after_resume
+
+
+def test_a_journal_path_that_is_a_folder_is_logged_and_the_resume_goes_on(tmp_path, monkeypatch, caplog):
+    from nni_opevo import OpEvoTuner
+    from nni_opevo.journal import FILE
+
+    monkeypatch.setenv("NNI_CHECKPOINT_DIRECTORY", str(tmp_path))
+    (tmp_path / FILE).mkdir()
+    tuner = OpEvoTuner(seed=0)
+    with caplog.at_level("ERROR"):
+        tuner.load_checkpoint()
+        tuner.update_search_space({"x": {"_type": "randint", "_value": [0, 30]}})
+        assert tuner.generate_parameters(0)
+    assert any("cannot read the proposal journal" in r.message for r in caplog.records)
+
+
 def test_an_unwritable_journal_is_logged_once_and_the_tuning_goes_on(tmp_path, monkeypatch, caplog):
     from nni_opevo import OpEvoTuner
     from nni_opevo.journal import FILE
