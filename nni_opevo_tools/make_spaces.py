@@ -93,9 +93,10 @@ class Layout:
 def experiment(layout: Layout, config_path: str, workload: Workload, kind: str, trials: int, concurrency: int,
                trial_flags: str = "", tuner: str = SHIPPED_TUNER) -> dict[str, Any]:
     """An NNI 3.0 experiment config to be written at ``config_path``."""
-    shape_flags = (f"--workload {workload.name}" if workloads.NAMED.get(workload.name) == workload else
-                   f"--family {workload.family} --name {workload.name} --shape "
-                   + " ".join(f"{k}={v}" for k, v in workload.shape.items()))
+    quote = shlex.quote  # NNI runs the trial command through a shell
+    shape_flags = (f"--workload {quote(workload.name)}" if workloads.NAMED.get(workload.name) == workload else
+                   f"--family {quote(workload.family)} --name {quote(workload.name)} --shape "
+                   + " ".join(quote(f"{k}={v}") for k, v in workload.shape.items()))
     code = layout.from_config(config_path, layout.code)
     config: dict[str, Any] = {
         "experimentName": f"{workload.name} {catalog.CATALOG[catalog.parse(tuner)[0]].description} ({kind})",
@@ -166,8 +167,10 @@ def write_network(layout: Layout, network: str, tuner: str, allocator: str = "gr
     label = network
     if network not in networks.NETWORKS:  # a JSON file: named by its stem, given to trials by its full path
         label, network = os.path.splitext(os.path.basename(network))[0], os.path.abspath(network)
+        workloads.check_name("network", label)
     name, _ = catalog.parse(tuner)
-    stem = tuner.replace(":", "_").replace(",", "_").replace("=", "-") + ("" if allocator == "gradient" else f"-{allocator}")
+    stem = workloads.check_name("tuner", tuner.replace(":", "_").replace(",", "_").replace("=", "-")) + \
+        ("" if allocator == "gradient" else f"-{allocator}")
     written = []
     for kind, (suffix, _, concurrency) in KINDS.items():
         space_path = write_space(layout.space(label, kind), networks.space(network, kind))
@@ -200,7 +203,7 @@ def write_experiments(layout: Layout, workload: Workload, tuner: str, kinds: tup
     overrides the maxTrialNumber of ``KINDS``."""
     name, _ = catalog.parse(tuner)
     description = catalog.CATALOG[name].description + (" (needs the xgboost extra)" if name == "autotvm" else "")
-    stem = tuner.replace(":", "_").replace(",", "_").replace("=", "-")
+    stem = workloads.check_name("tuner", tuner.replace(":", "_").replace(",", "_").replace("=", "-"))
     written = []
     for kind in kinds:
         suffix, default_trials, concurrency = KINDS[kind]

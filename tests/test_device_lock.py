@@ -120,6 +120,22 @@ def test_a_planted_link_or_someone_elses_folder_is_refused(tmp_path, monkeypatch
                 pass
 
 
+def test_a_lock_folder_others_may_write_is_refused(tmp_path, monkeypatch):
+    """A folder given by the user with mode 0777: anyone could plant a link or a file in it."""
+    import pytest
+
+    from trial_code.device_lock import UnsafeLockFolder
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    monkeypatch.setenv("NNI_OPEVO_LOCK_DIR", str(shared))
+    with pytest.raises(UnsafeLockFolder, match=r"may be written by others \(mode 0777\): `chmod go-w"):
+        with exclusive("cpu"):
+            pass
+    assert not list(shared.iterdir())
+
+
 def test_a_planted_link_as_the_lock_file_is_not_followed(tmp_path, monkeypatch):
     import pytest
 

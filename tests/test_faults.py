@@ -415,3 +415,15 @@ def test_gbfs_and_na2c_start_on_a_huge_factor_without_listing_it():
 
 def test_workloads_named_in_this_suite_exist():
     assert workloads.lookup("MM_small").family == "matmul"
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "x;touch MARKER", ".hidden", "a/b", "$(touch MARKER)"])
+def test_a_name_that_would_leave_the_root_or_reach_the_shell_is_refused(tmp_path, name):
+    """Names become file names and words of the trial command NNI runs through a shell."""
+    root = tmp_path / "root"
+    out = subprocess.run([sys.executable, "-m", "nni_opevo_tools.console", "spaces", "--family", "matmul", "--shape",
+                          "n=8", "m=8", "k=8", "--name", name, "--root", str(root)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode != 0 and f"workload name {name!r} may hold only letters" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not root.exists() and not (tmp_path / "escaped").exists() and not (tmp_path / "MARKER").exists()

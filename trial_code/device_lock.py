@@ -49,7 +49,8 @@ def lock_folder() -> str:
 
 def own_folder(folder: str) -> str:
     """``folder``, created with mode 0700 if missing; UnsafeLockFolder when it is a link, not a
-    directory, or someone else's (a folder planted in a shared place)."""
+    directory, someone else's (a folder planted in a shared place), or writable by others (who
+    could plant links or files in it)."""
     try:
         os.mkdir(folder, 0o700)
     except FileExistsError:
@@ -61,6 +62,9 @@ def own_folder(folder: str) -> str:
     if info.st_uid != os.getuid():
         raise UnsafeLockFolder(f"the folder {folder} belongs to user {info.st_uid}, not to you ({os.getuid()}); for "
                                "the device locks set NNI_OPEVO_LOCK_DIR to a folder of your own")
+    if info.st_mode & 0o022:
+        raise UnsafeLockFolder(f"the folder {folder} may be written by others (mode {stat.S_IMODE(info.st_mode):04o}): "
+                               f"`chmod go-w {folder}`, or use another")
     return folder
 
 

@@ -6,10 +6,14 @@ ResNet-18 table (``R1``-``R12``, batch 1).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 FAMILIES = ("matmul", "batch_matmul", "conv2d")
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+"""What a workload's (or a network's) name may be: it becomes a file name and a word of the trial
+command, so no path separators, no leading dot, nothing a shell reads."""
 GEMM_LAYOUTS = ("NN", "TN", "NT")
 
 
@@ -65,7 +69,16 @@ def make(family: str, name: str | None = None, **shape: Any) -> Workload:
             raise ValueError(f"workload conv2d: the kernel does not fit the padded input ({out_h}x{out_w} output)")
     if name is None:
         name = f"{family}_" + "_".join(f"{k}{v}" for k, v in shape.items())
+    check_name("workload", name)
     return Workload(name, family, dict(shape))
+
+
+def check_name(what: str, name: str) -> str:
+    """``name``, or ValueError when it may not name a file or a word of a command (``SAFE_NAME``)."""
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+        raise ValueError(f"{what} name {name!r} may hold only letters, digits, '_', '-' and '.' (at most 100, "
+                         "not starting with '.' or '-')")
+    return name
 
 
 def conv2d_output_hw(shape: dict[str, Any]) -> tuple[int, int]:
