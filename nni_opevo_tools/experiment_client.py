@@ -34,35 +34,59 @@ class Trial(NamedTuple):
     parameter_id: int
     parameters: dict[str, Any]
     result: Any
+    trial_job: str = ""
 
 
 class Ranking(ABC):
-    """Matching by parameter id, shared by both sources; they supply the raw records."""
+    """Matching parameters to results, shared by both sources; they supply the raw records.
+
+    A trial is matched by its trial job, not its parameter id: after a dispatcher crash and
+    ``nnictl resume``, NNI hands some parameter ids out a second time, and by id the later
+    trials would hide the earlier ones. A record that cannot be read (a cut or garbled row of a
+    damaged database) is skipped and counted in ``skipped``."""
+
+    skipped = 0
 
     @abstractmethod
-    def parameter_records(self) -> Iterable[str]:
-        """Every hyper-parameter record (JSON with ``parameter_id`` and ``parameters``)."""
+    def parameter_records(self) -> Iterable[tuple[str, str]]:
+        """(trial job, record) of every hyper-parameter record (JSON with ``parameter_id`` and ``parameters``)."""
 
     @abstractmethod
-    def final_metrics(self) -> Iterable[tuple[str, str]]:
-        """(parameter id, data) of every FINAL metric, data as NNI stores it (JSON of a JSON string)."""
+    def final_metrics(self) -> Iterable[tuple[str, str, str]]:
+        """(trial job, parameter id, data) of every FINAL metric, data as NNI stores it (JSON of a JSON string)."""
 
-    def parameters(self) -> dict[int, dict[str, Any]]:
-        """parameter id -> the parameters the tuner generated for it."""
+    def _jobs(self) -> dict[str, tuple[int, dict[str, Any]]]:
         out = {}
-        for text in self.parameter_records():
-            record = json.loads(text)
-            out[int(record["parameter_id"])] = record["parameters"]
+        for job, text in self.parameter_records():
+            try:
+                record = json.loads(text)
+                out[job] = (int(record["parameter_id"]), dict(record["parameters"]))
+            except (ValueError, TypeError, KeyError):
+                self.skipped += 1
         return out
 
+    def _finals(self) -> dict[str, tuple[int, Any]]:
+        out = {}
+        for job, pid, data in self.final_metrics():
+            try:
+                out[job] = (int(pid), json.loads(json.loads(data)))
+            except (ValueError, TypeError):
+                self.skipped += 1
+        return out
+
+    def parameters(self) -> dict[int, dict[str, Any]]:
+        """parameter id -> the parameters the tuner generated for it (the latest, for a reused id)."""
+        return {pid: params for pid, params in self._jobs().values()}
+
     def results(self) -> dict[int, Any]:
-        """parameter id -> the final result its trial reported."""
-        return {int(pid): json.loads(json.loads(data)) for pid, data in self.final_metrics()}
+        """parameter id -> the final result its trial reported (the latest, for a reused id)."""
+        return {pid: result for pid, result in self._finals().values()}
 
     def ranked(self) -> list[Trial]:
         """Every reported trial, highest 'default' (TFLOPS) first."""
-        params, results = self.parameters(), self.results()
-        rows = [Trial(_default(result), pid, params[pid], result) for pid, result in results.items() if pid in params]
+        jobs, finals = self._jobs(), self._finals()
+        rows = [Trial(_default(result), pid, jobs[job][1], result, job) for job, (pid, result) in finals.items()
+                if job in jobs]
         return sorted(rows, key=lambda row: -row.value)
 
 
@@ -88,12 +112,14 @@ class ExperimentClient(Ranking):
         turns DONE): it has finished once no trial is left running."""
         return status["status"] in ENDED or (status["status"] in NO_MORE and not self.running_trials())
 
-    def parameter_records(self) -> Iterable[str]:
+    def parameter_records(self) -> Iterable[tuple[str, str]]:
         for trial in self.get("trial-jobs"):
-            yield from trial.get("hyperParameters", [])
+            for record in trial.get("hyperParameters", []):
+                yield trial.get("trialJobId", ""), record
 
-    def final_metrics(self) -> Iterable[tuple[str, str]]:
-        return [(m["parameterId"], m["data"]) for m in self.get("metric-data") if m["type"] == "FINAL"]
+    def final_metrics(self) -> Iterable[tuple[str, str, str]]:
+        return [(m.get("trialJobId", ""), m["parameterId"], m["data"]) for m in self.get("metric-data")
+                if m["type"] == "FINAL"]
 
 
 class ExperimentDatabase(Ranking):
@@ -103,24 +129,38 @@ class ExperimentDatabase(Ranking):
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
-        path = os.path.join(folder, "db", "nni.sqlite")
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{folder} is not an NNI experiment folder: it has no db/nni.sqlite")
-        self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        self.path = os.path.join(folder, "db", "nni.sqlite")
+        if not os.path.isfile(self.path):
+            raise ValueError(f"{folder} is not an NNI experiment folder: it has no db/nni.sqlite")
+        self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+
+    def _query(self, sql: str) -> list[tuple]:
+        """Rows of ``sql``; a damaged database is a one-line ValueError naming the file."""
+        try:
+            return self.db.execute(sql).fetchall()
+        except sqlite3.Error as e:
+            raise ValueError(f"cannot read {self.path}: {e} (not an NNI database, or a damaged one)") from None
 
     def profile(self) -> dict[str, Any]:
         """The experiment's configuration (its newest revision): trialCommand, searchSpace, tuner..."""
-        row = self.db.execute("SELECT params FROM ExperimentProfile ORDER BY revision DESC LIMIT 1").fetchone()
-        if row is None:
+        rows = self._query("SELECT params FROM ExperimentProfile ORDER BY revision DESC LIMIT 1")
+        if not rows:
             raise ValueError(f"experiment {self.folder} has no profile in its database yet")
-        return json.loads(row[0])
+        try:
+            profile = json.loads(rows[0][0])
+        except (ValueError, TypeError):
+            raise ValueError(f"experiment {self.folder}: its profile in {self.path} is not JSON") from None
+        if not isinstance(profile, dict) or not isinstance(profile.get("trialCommand"), str):
+            raise ValueError(f"experiment {self.folder}: its profile names no trialCommand")
+        return profile
 
-    def parameter_records(self) -> Iterable[str]:
-        rows = self.db.execute("SELECT data FROM TrialJobEvent WHERE event IN ('WAITING', 'RUNNING') AND data IS NOT NULL")
-        return [data for (data,) in rows if '"parameter_id"' in data]
+    def parameter_records(self) -> Iterable[tuple[str, str]]:
+        rows = self._query("SELECT trialJobId, data FROM TrialJobEvent WHERE event IN ('WAITING', 'RUNNING') "
+                           "AND data IS NOT NULL")
+        return [(job, data) for job, data in rows if isinstance(data, str) and '"parameter_id"' in data]
 
-    def final_metrics(self) -> Iterable[tuple[str, str]]:
-        return self.db.execute("SELECT parameterId, data FROM MetricData WHERE type = 'FINAL'").fetchall()
+    def final_metrics(self) -> Iterable[tuple[str, str, str]]:
+        return self._query("SELECT trialJobId, parameterId, data FROM MetricData WHERE type = 'FINAL'")
 
 
 def _default(result: Any) -> float:

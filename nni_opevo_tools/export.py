@@ -129,6 +129,8 @@ def export(folder: str, options: Options, out: str | None = None) -> Best | Netw
         limits = Limits(trial_args.build_timeout, trial_args.run_timeout, options.repeat, options.min_repeat_ms)
         return network_export.export(folder, database, trial_args, options.top_k, limits, out)
     ranked = database.ranked()
+    if database.skipped:
+        print(f"{database.skipped} unreadable records of {database.path} skipped", flush=True)
     succeeded = [t for t in ranked if t.value > 0]
     if not succeeded:
         statuses = Counter(t.result.get("status", "?") if isinstance(t.result, dict) else "?" for t in ranked)
@@ -198,7 +200,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     folder = experiment_folder(args.experiment, args.root)
     out = os.path.abspath(args.out or os.path.join(folder, "export"))
-    best = export(folder, Options(args.top_k, args.repeat, args.min_repeat_ms, args.target, args.force), out)
+    try:
+        best = export(folder, Options(args.top_k, args.repeat, args.min_repeat_ms, args.target, args.force), out)
+    except ValueError as e:  # a damaged or foreign experiment: one line, not a traceback
+        raise SystemExit(f"export: {e}") from None
+    except OSError as e:
+        raise SystemExit(f"export: cannot write {e.filename or out}: {e.strerror or e}") from None
     print(best.headline())
     if isinstance(best, NetworkBest):
         print(best.table(), end="")

@@ -194,7 +194,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"the experiment ended in ERROR: {status.get('errors')}\n  {detail}\n"
                          f"logs: {folder}/log; `{stop_command(experiment_id)}` closes the web UI")
     print(f"re-measuring the top {args.top_k} configurations:", flush=True)
-    best = export.export(folder, export.Options(top_k=args.top_k))
+    try:
+        best = export.export(folder, export.Options(top_k=args.top_k))
+    except (ValueError, OSError) as e:
+        raise SystemExit(f"the experiment ended, but its best kernel could not be exported: {e}") from None
     print(best.headline())
     if isinstance(best, export.NetworkBest):
         print(best.table(), end="")

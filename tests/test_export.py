@@ -41,7 +41,7 @@ def test_a_foreign_trial_command_is_refused_by_name():
 def test_an_unknown_experiment_is_named(tmp_path):
     with pytest.raises(SystemExit, match="no experiment 'nosuch'.*experimentWorkingDirectory"):
         export.experiment_folder("nosuch", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="has no db/nni.sqlite"):
+    with pytest.raises(ValueError, match="has no db/nni.sqlite"):
         ExperimentDatabase(str(tmp_path))
 
 

@@ -427,3 +427,83 @@ def test_a_name_that_would_leave_the_root_or_reach_the_shell_is_refused(tmp_path
     assert out.returncode != 0 and f"workload name {name!r} may hold only letters" in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     assert not root.exists() and not (tmp_path / "escaped").exists() and not (tmp_path / "MARKER").exists()
+
+
+QUICKSTART_DB = ROOT / "tests" / "data" / "quickstart.sqlite"
+"""The database of a real quickstart experiment (48 CPU MatMul trials under nnictl)."""
+
+
+def _experiment(tmp_path: Path, damage=None) -> Path:
+    import shutil
+    import sqlite3
+
+    folder = tmp_path / "exp"
+    (folder / "db").mkdir(parents=True)
+    database = folder / "db" / "nni.sqlite"
+    shutil.copyfile(QUICKSTART_DB, database)
+    if damage is not None:
+        if callable(damage):
+            with sqlite3.connect(database) as db:
+                damage(db)
+        else:
+            database.write_bytes(damage(database.read_bytes()) if callable(damage) else damage)
+    return folder
+
+
+def _export(folder: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nni_opevo_tools.export", str(folder), "--top-k", "1", "--repeat", "2",
+                           "--min-repeat-ms", "5", *flags], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("damage,message", [
+    (b"", "no such table"),
+    (os.urandom(4096), "file is not a database"),
+    (QUICKSTART_DB.read_bytes()[:QUICKSTART_DB.stat().st_size // 2], "cannot read"),
+    ("no-db", "is not an NNI experiment folder: it has no db/nni.sqlite"),
+    (lambda db: db.execute("UPDATE ExperimentProfile SET params = '{\"experimentName\": \"x\"}'"),
+     "its profile names no trialCommand"),
+], ids=["empty", "random-bytes", "cut-in-half", "no-db", "no-trial-command"])
+def test_export_of_a_damaged_experiment_is_one_line_and_a_failure(tmp_path, damage, message):
+    if damage == "no-db":
+        folder = tmp_path / "exp"
+        folder.mkdir()
+    else:
+        folder = _experiment(tmp_path, damage)
+    out = _export(folder)
+    assert out.returncode != 0 and message in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_export_skips_and_counts_unreadable_records(tmp_path):
+    folder = _experiment(tmp_path, lambda db: db.execute(
+        "UPDATE MetricData SET data = '{not json' WHERE rowid IN (SELECT rowid FROM MetricData LIMIT 2)"))
+    out = _export(folder)
+    assert out.returncode == 0, out.stderr
+    assert "2 unreadable records" in out.stdout and (folder / "export" / "best.json").exists()
+
+
+def test_export_to_a_folder_it_cannot_write_is_one_line(tmp_path):
+    """An --out that cannot be made (a file where its parent folder should be: even root cannot)."""
+    folder = _experiment(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    out = _export(folder, "--out", str(tmp_path / "a-file" / "export"))
+    assert out.returncode != 0 and "cannot write" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_trials_of_reused_parameter_ids_all_rank(tmp_path):
+    """After a dispatcher crash and ``nnictl resume``, NNI hands parameter ids 1-3 out again to
+    new trial jobs: every trial is ranked, matched by its job (before: 17 of 20 by id)."""
+    from nni_opevo_tools.experiment_client import ExperimentDatabase
+
+    def resume(db):
+        for job, pid in (("re1", 1), ("re2", 2), ("re3", 3)):
+            data = json.dumps({"parameter_id": pid, "parameter_source": "algorithm",
+                               "parameters": {**PARAMS, "tile_k": [32, 8]}, "parameter_index": 0})
+            db.execute("INSERT INTO TrialJobEvent (trialJobId, event, data) VALUES (?, 'WAITING', ?)", (job, data))
+            db.execute("INSERT INTO MetricData (trialJobId, parameterId, type, sequence, data) VALUES (?, ?, 'FINAL', 0, ?)",
+                       (job, str(pid), json.dumps(json.dumps({"default": 0.5 + pid}))))
+
+    ranked = ExperimentDatabase(str(_experiment(tmp_path, resume))).ranked()
+    assert len(ranked) == 48 + 3 and len({t.trial_job for t in ranked}) == 51
+    assert [t.parameter_id for t in ranked[:3]] == [3, 2, 1]
