@@ -507,3 +507,54 @@ def test_trials_of_reused_parameter_ids_all_rank(tmp_path):
     ranked = ExperimentDatabase(str(_experiment(tmp_path, resume))).ranked()
     assert len(ranked) == 48 + 3 and len({t.trial_job for t in ranked}) == 51
     assert [t.parameter_id for t in ranked[:3]] == [3, 2, 1]
+
+
+NESTED_TWO_DEEP = {"top": {"_type": "choice", "_value": [
+    {"_name": "a", "mid": {"_type": "choice", "_value": [
+        {"_name": "x", "c": {"_type": "choice", "_value": [1, 2, 3]}, "t": {"_type": "factor", "_value": [16, 2]}},
+        {"_name": "y"}]}},
+    {"_name": "b", "d": {"_type": "uniform", "_value": [0, 1]}}]}}
+
+
+@pytest.mark.parametrize("builtin", ["TPE", "Random", "Anneal"])
+def test_nni_builtins_through_choice_view_take_choices_nested_two_deep(builtin):
+    """NNI 3.0's built-ins raise KeyError(('top', 0, 'mid')) on such a space once a trial took
+    the other branch; through the view they tune it to the end."""
+    from nni_opevo import ChoiceViewTuner, SearchSpace
+
+    tuner = ChoiceViewTuner(tuner=builtin, tuner_args={} if builtin == "Anneal" else {"seed": 0})
+    tuner.update_search_space(NESTED_TWO_DEEP)
+    space = SearchSpace(NESTED_TWO_DEEP)
+    for i in range(30):
+        params = tuner.generate_parameters(i)
+        space.from_trial(params)  # a valid configuration of the nested space
+        tuner.receive_trial_result(i, params, float(i % 5))
+        tuner.trial_end(i, True)
+
+
+def test_tpe_through_choice_view_survives_a_changed_search_space():
+    """TPE mixed the old space's history into the new one (ValueError: a and p must have same
+    size); the view rebuilds it on the new space with the results that fit."""
+    from nni_opevo import ChoiceViewTuner
+
+    tuner = ChoiceViewTuner(tuner="TPE", tuner_args={"seed": 0})
+    before = {"a": {"_type": "choice", "_value": [1, 2, 3, 4, 5]}, "b": {"_type": "uniform", "_value": [0, 1]}}
+    tuner.update_search_space(before)
+    for i in range(30):
+        params = tuner.generate_parameters(i)
+        tuner.receive_trial_result(i, params, float(i % 7))
+    tuner.update_search_space({"a": {"_type": "choice", "_value": [1, 2]}, "b": {"_type": "uniform", "_value": [0, 1]}})
+    for i in range(100, 110):
+        params = tuner.generate_parameters(i)
+        assert params["a"] in (1, 2)
+        tuner.receive_trial_result(i, params, 1.0)
+
+
+def test_choice_view_skips_imported_records_without_a_value_and_keeps_a_top_level_name():
+    from nni_opevo import ChoiceViewTuner
+
+    tuner = ChoiceViewTuner(tuner="TPE", tuner_args={"seed": 0})
+    tuner.update_search_space({"_name": {"_type": "choice", "_value": [1, 2]}, "b": {"_type": "choice", "_value": [3, 4]}})
+    tuner.import_data([{"parameter": {"_name": 1, "b": 3}}, {"parameter": {"_name": 2, "b": 4}, "value": 1.0}])
+    params = tuner.generate_parameters(0)
+    assert set(params) == {"_name", "b"}, params

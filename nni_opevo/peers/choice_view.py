@@ -11,19 +11,26 @@ is refused with its name, its size and what to use instead. Every other type, ne
 included, is passed through to the built-in tuner unchanged, and the built-in tuner keeps its
 own handling of results; this view only adds what NNI 3.0 needs of every tuner here: trial
 ends and results for ids it never issued (microsoft/nni#5726, customized trials) are dropped
-instead of crashing the built-in tuner.
+instead of crashing the built-in tuner. It also works around three faults of NNI 3.0's
+built-ins: a choice nested two or more deep (NNI's ``ParameterSpec.is_activated_in`` looks up
+the parent of an option that was not chosen: KeyError; fixed for the built-in's calls, see
+``_nested_fix``), a search space changed mid-experiment (TPE mixes the old space's history
+into the new: the built-in is rebuilt on the new space and given the results that fit it),
+and imported records without a value (skipped and counted, as every tuner here does).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from nni import NoMoreTrialError
+from nni.common.hpo_utils import formatting
 from nni.tools.package_utils import tuner_factory
 from nni.tuner import Tuner
 
@@ -36,6 +43,8 @@ from ..space.search_space import SearchSpace
 _logger = logging.getLogger(__name__)
 
 LISTED = (FactorParameter, PermParameter)
+NAME_ALIAS = "_name (parameter)"
+"""What the built-in sees for a top-level parameter named ``_name``, which NNI takes for an option's label."""
 
 
 def builtin_name(name: str, value: Any) -> str:
@@ -74,6 +83,23 @@ def _builtin(args: ChoiceViewArgs) -> Tuner:
 
 
 
+@contextlib.contextmanager
+def _nested_fix() -> Iterator[None]:
+    """NNI's ``is_activated_in`` with its fault fixed, while a built-in runs: an option of a
+    nested choice is active only where its parent choice was reached and chose it (NNI indexes
+    the parent's value, which is missing when the parent itself sits in an option not chosen)."""
+    original = formatting.ParameterSpec.is_activated_in
+
+    def is_activated_in(spec: Any, partial_parameters: Any) -> bool:
+        return not spec.is_nested() or partial_parameters.get(spec.key[:-2]) == spec.key[-2]
+
+    formatting.ParameterSpec.is_activated_in = is_activated_in
+    try:
+        yield
+    finally:
+        formatting.ParameterSpec.is_activated_in = original
+
+
 class ChoiceViewTuner(Tuner):
     """Runs an NNI built-in tuner on a space with factor/perm parameters (see the module docstring)."""
 
@@ -95,22 +121,45 @@ class ChoiceViewTuner(Tuner):
         self._refused: set[str] = set()  # configurations the constraint refused (as JSON)
         self._private_ids = itertools.count(-1, -1)  # the built-in's ids for candidates that never became trials
         self._rng = np.random.default_rng(class_args.get("tuner_args", {}).get("seed"))
+        self._history: list[dict[str, Any]] = []  # every result received or imported, for a changed space
 
     # ------------------------------------------------------------------ space
 
     @fatal.guard
     def update_search_space(self, search_space: dict[str, Any]) -> None:
+        changed = self.space is not None and self.space.raw != search_space
         self.space = SearchSpace(search_space)
-        self.inner.update_search_space(self._listed(search_space, self.space, ()))
+        if changed:  # a built-in fresh on the new space, given the results that fit it
+            self.inner = _builtin(self.args)
+            self._issued, self._reported, self._ended, self._held = set(), set(), set(), set()
+            self._inner_id.clear()
+        with _nested_fix():
+            self.inner.update_search_space(self._listed(search_space, self.space, ()))
+        if changed:
+            fitting = [entry for entry in self._history if self._fits(entry["parameter"])]
+            with _nested_fix():
+                self.inner.import_data([{**entry, "parameter": self._to_inner(entry["parameter"])} for entry in fitting])
+            _logger.info("search space changed: %s rebuilt with the %d of %d results that fit it", self.name,
+                         len(fitting), len(self._history))
+
+    def _fits(self, params: Any) -> bool:
+        assert self.space is not None
+        try:
+            self.space.from_trial(params)
+            return True
+        except (ValueError, TypeError, KeyError):
+            return False
 
     def _listed(self, raw: dict[str, Any], space: SearchSpace, prefix: tuple) -> dict[str, Any]:
         """``raw`` with every factor and perm, at any depth, replaced by a choice of its values."""
         out: dict[str, Any] = {}
         for name, spec in raw.items():
             if name == "_name":
-                out[name] = spec
-                continue
-            param = space.by_key[(*prefix, name)].param
+                if prefix:  # an option's label
+                    out[name] = spec
+                    continue
+                name = NAME_ALIAS  # a top-level parameter named `_name`, which NNI's formatting drops
+            param = space.by_key[(*prefix, "_name" if name == NAME_ALIAS else name)].param
             if isinstance(param, LISTED):
                 out[name] = {"_type": "choice", "_value": self._values(param)}
             elif isinstance(param, DiscreteParameter):
@@ -133,13 +182,15 @@ class ChoiceViewTuner(Tuner):
 
     def _to_trial(self, params: dict[str, Any]) -> dict[str, Any]:
         """The built-in tuner's pick with each label turned back into its factor/perm value."""
-        return self._map(params, (), lambda param, label: param.to_trial(param.from_trial(json.loads(label))))
+        named = {("_name" if key == NAME_ALIAS else key): value for key, value in params.items()}
+        return self._map(named, (), lambda param, label: param.to_trial(param.from_trial(json.loads(label))))
 
     def _to_inner(self, params: Any) -> Any:
         """Trial parameters (imported, or reported back) in the built-in tuner's labels."""
         if not isinstance(params, dict):
             return params
-        return self._map(params, (), lambda param, value: _label(param.to_trial(param.from_trial(value))))
+        out = self._map(params, (), lambda param, value: _label(param.to_trial(param.from_trial(value))))
+        return {(NAME_ALIAS if key == "_name" else key): value for key, value in out.items()}
 
     def _map(self, params: dict[str, Any], prefix: tuple, convert: Callable[[Parameter, Any], Any]) -> dict[str, Any]:
         assert self.space is not None
@@ -157,7 +208,8 @@ class ChoiceViewTuner(Tuner):
     @fatal.guard
     def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, Any]:
         if self.constraint is None:
-            params = self._to_trial(self.inner.generate_parameters(parameter_id, **kwargs))
+            with _nested_fix():
+                params = self._to_trial(self.inner.generate_parameters(parameter_id, **kwargs))
             self._issued.add(parameter_id)
             return params
         return self._feasible_parameters(parameter_id, **kwargs)
@@ -170,7 +222,8 @@ class ChoiceViewTuner(Tuner):
         assert self.space is not None and self.constraint is not None
         for attempt in range(PROPOSALS_PER_TRIAL):
             inner_id = parameter_id if attempt == 0 else next(self._private_ids)
-            params = self._to_trial(self.inner.generate_parameters(inner_id, **kwargs))
+            with _nested_fix():
+                params = self._to_trial(self.inner.generate_parameters(inner_id, **kwargs))
             label = json.dumps(params, sort_keys=True)
             if label not in self._refused and self.constraint(params):
                 self._issued.add(parameter_id)
@@ -211,7 +264,8 @@ class ChoiceViewTuner(Tuner):
                 return callback(parameter_id, self._to_trial(params), *args, **kw)
 
             kwargs["st_callback"] = send
-        out = [self._to_trial(p) for p in self.inner.generate_multiple_parameters(parameter_id_list, **kwargs)]
+        with _nested_fix():
+            out = [self._to_trial(p) for p in self.inner.generate_multiple_parameters(parameter_id_list, **kwargs)]
         self._issued.update(parameter_id_list[: len(out)])
         return out
 
@@ -219,6 +273,7 @@ class ChoiceViewTuner(Tuner):
 
     @fatal.guard
     def receive_trial_result(self, parameter_id: int, parameters: Any, value: Any, **kwargs: Any) -> None:
+        self._history.append({"parameter": parameters, "value": value})
         if parameter_id in self._drawn:
             return
         if parameter_id not in self._issued:
@@ -232,7 +287,8 @@ class ChoiceViewTuner(Tuner):
             return
         self._reported.add(parameter_id)
         inner_id = self._inner_id.get(parameter_id, parameter_id)
-        self.inner.receive_trial_result(inner_id, self._to_inner(parameters), value, **kwargs)
+        with _nested_fix():
+            self.inner.receive_trial_result(inner_id, self._to_inner(parameters), value, **kwargs)
         if parameter_id in self._held:
             self._end(parameter_id, True)
 
@@ -262,12 +318,13 @@ class ChoiceViewTuner(Tuner):
         records, skipped = parse_records(data)
         converted = []
         for entry in records:
-            try:
-                self.space.from_trial(entry["parameter"])
-                converted.append({**entry, "parameter": self._to_inner(entry["parameter"])})
-            except (ValueError, TypeError, KeyError):
+            if "value" not in entry or not self._fits(entry["parameter"]):
                 skipped += 1
-        self.inner.import_data(converted)
+                continue
+            self._history.append({"parameter": entry["parameter"], "value": entry["value"]})
+            converted.append({**entry, "parameter": self._to_inner(entry["parameter"])})
+        with _nested_fix():
+            self.inner.import_data(converted)
         _logger.info("imported %d earlier trials into %s; skipped %d malformed or off-space records",
                      len(converted), self.name, skipped)
 
