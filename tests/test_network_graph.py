@@ -100,10 +100,10 @@ class Trials(Ranking):
         self.trials = trials
 
     def parameter_records(self):
-        return [json.dumps({"parameter_id": i, "parameters": p}) for i, (p, _) in enumerate(self.trials)]
+        return [(f"job{i}", json.dumps({"parameter_id": i, "parameters": p})) for i, (p, _) in enumerate(self.trials)]
 
     def final_metrics(self):
-        return [(str(i), json.dumps(json.dumps(r))) for i, (_, r) in enumerate(self.trials)]
+        return [(f"job{i}", str(i), json.dumps(json.dumps(r))) for i, (_, r) in enumerate(self.trials)]
 
 
 def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_path):

@@ -10,7 +10,7 @@ from . import settings
 @dataclass(frozen=True)
 class OpEvoArgs(SearchArgs):
     parents_size: int = arg(settings.PARENTS_SIZE, int_in(1, 256), "lambda, the top configurations recombined (paper: 8)")
-    offspring_size: int = arg(settings.OFFSPRING_SIZE, int_in(1, 256), "rho, the children bred from one selection of "
+    offspring_size: int = arg(settings.OFFSPRING_SIZE, int_in(1, 10_000), "rho, the children bred from one selection of "
                                                                      "parents (paper: 8; the paper variant)")
     mutate_rate: float = arg(settings.MUTATE_RATE, open_unit, "q of the q-random walk: the probability of each further "
                                                               "step (paper: 0.5); near 0 children stay close to their "

@@ -117,7 +117,10 @@ class GemmTemplate(Template):
             if run % lanes or row % lanes:
                 raise Infeasible(f"vector {lanes} does not divide the contiguous extent of the {operand} tile "
                                  f"({run}) and of its rows in memory ({row})")
-        registers = n[1] * n[3] * m[1] * m[3] + k[3] * (n[1] * n[3] + m[1] * m[3]) + REGISTER_OVERHEAD
+        # The accumulators, and the operand fragments of one register step: twice over when
+        # double-buffered (the pipeline keeps a second set of fragments for its last stage).
+        fragments = k[3] * (n[1] * n[3] + m[1] * m[3]) * (2 if double else 1)
+        registers = n[1] * n[3] * m[1] * m[3] + fragments + REGISTER_OVERHEAD
         limit("estimated registers per thread", registers,
               min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK // threads))
 
@@ -197,12 +200,19 @@ class GemmTemplate(Template):
         # Dynamic shared memory only where static cannot hold the tiles (TVM's merging of
         # dynamic allocations fails on one-element tiles, which static memory always holds).
         scope = "shared.dyn" if _shared_bytes(params) > target.max_shared_memory_per_block else "shared"
+        # Every loop that indexes a thread's registers (the operand fragments, the accumulators
+        # and their write-back, the per-thread tile itself) is written out: a register array
+        # indexed by a loop variable lives in local memory instead.
+        in_registers = [inner["k"], inner["n"], inner["m"], *loops_below(sch, accumulate, inner_b or m2)]
         for operand in (0, 1):
             shared = sch.cache_read(block, operand, scope)
             sch.compute_at(shared, k0)
             _vector_fetch(sch, shared, k0, threads, params["vector"])
             local = sch.cache_read(block, operand, "local")
             sch.compute_at(local, k1)
+            in_registers += loops_below(sch, local, k1)
+        for loop in in_registers:
+            sch.unroll(loop)
         top = sch.get_loops(block)[0]
         if params["unroll"]:
             sch.annotate(top, "pragma_auto_unroll_max_step", params["unroll"])
@@ -219,7 +229,11 @@ class GemmTemplate(Template):
             sch.annotate(k0, "software_pipeline_stage", [0, 0, 1])
             sch.annotate(k0, "software_pipeline_order", [0, 1, 2])
             sch.annotate(k0, "software_pipeline_async_stages", [0])
-        sch.decompose_reduction(block, k0)
+        above = [sch.get(loop) for loop in sch.get_loops(block)]
+        shared_prefix = next(i for i, loop in enumerate(above) if loop.same_as(sch.get(k0)))
+        initial = sch.decompose_reduction(block, k0)
+        for loop in sch.get_loops(initial)[shared_prefix:]:  # the accumulators' zeroing, in registers too
+            sch.unroll(loop)
 
     @staticmethod
     def _schedule_cpu(sch: Any, block: Any, batch: list[Any], i: Any, j: Any, k: Any, params: dict[str, Any]) -> None:
