@@ -162,7 +162,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--top-k", type=int, default=export.Options.top_k,
                         help="configurations re-measured at the end (default %(default)s)")
     args = parser.parse_args(argv)
-    if args.config and args.workload:
+    if args.config and args.workload is not None:
         parser.error("give --config or --workload, not both")
     if args.top_k < 1 or (args.trials is not None and args.trials < 1):
         parser.error("--top-k and --trials must be >= 1")
@@ -173,7 +173,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    if args.workload:
+    if args.workload is not None:  # an empty name is a mistake, not the default
         try:
             config = generated_config(args.workload, args.tuner, args.target, args.root, args.trials)
         except ValueError as e:

@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
         written = []
         for tuner in args.tuner or [SHIPPED_TUNER]:
             written += write_network(layout, args.network, tuner, args.allocator)
-    elif args.workload or args.family:
+    elif args.workload is not None or args.family:
         workload = workload_from(args)
         written = write_spaces(layout, workload)
         for tuner in args.tuner or [SHIPPED_TUNER]:

@@ -45,7 +45,9 @@ def test_every_help_prints_help_and_does_nothing_else(command, tmp_path):
      "unknown tuner 'opevoo' (did you mean opevo"),
     (["trial", "--network", "alexnett", "--params", "{}"], "unknown network 'alexnett' (did you mean alexnet?)"),
     (["export", "no-such-experiment"], "no experiment 'no-such-experiment'"),
-], ids=["command", "spaces-workload", "trial-workload", "tuner", "network", "export"])
+    (["spaces", "--workload", ""], "unknown workload ''"),
+    (["launch", "--workload", "", "--target", "cpu"], "unknown workload ''"),
+], ids=["command", "spaces-workload", "trial-workload", "tuner", "network", "export", "empty-name", "launch-empty"])
 def test_a_mistake_is_one_line_with_a_non_zero_status(args, message, tmp_path):
     failed = _run(args, tmp_path)
     assert failed.returncode != 0 and message in failed.stderr, failed.stderr

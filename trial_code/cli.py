@@ -25,7 +25,7 @@ def layer_from(args: argparse.Namespace, params: dict[str, Any]) -> tuple[Worklo
     workload of the other options with ``params`` as they are."""
     if not getattr(args, "network", None):
         return workload_from(args), params
-    if args.workload or args.family or args.shape:
+    if args.workload is not None or args.family or args.shape:
         raise ValueError("give either --network or a workload (--workload, --family with --shape), not both")
     name, inner = networks.split(params)
     return networks.layer(args.network, name).workload, inner
@@ -34,7 +34,7 @@ def layer_from(args: argparse.Namespace, params: dict[str, Any]) -> tuple[Worklo
 def workload_from(args: argparse.Namespace) -> Workload:
     if getattr(args, "network", None):
         raise ValueError("--network names many workloads; this command takes one (--workload, or --family with --shape)")
-    if args.workload:
+    if args.workload is not None:  # an empty name is looked up, and refused
         if args.family or args.shape:
             raise ValueError("give either --workload or --family with --shape, not both")
         return workloads.lookup(args.workload)
