@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -98,19 +97,6 @@ def load_kernel(folder: str) -> Any:
         raise ValueError(f"{folder}/best.json names no compiled library (exported by an older version)")
     return library.load(os.path.join(folder, best.library), Workload.from_json(best.workload), best.target["kind"]
                         .replace("llvm", "cpu"))
-
-
-def place(source: str, destination: str) -> None:
-    """Copy ``source`` to ``destination`` through a temporary file renamed onto it: a link planted
-    at ``destination`` is replaced, not written through."""
-    folder, name = os.path.split(os.path.abspath(destination))
-    temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    try:
-        shutil.copyfile(source, temporary)
-        os.replace(temporary, destination)
-    finally:
-        if os.path.lexists(temporary):
-            os.unlink(temporary)
 
 
 def refuse_to_replace(folder: str, name: str, force: bool) -> None:

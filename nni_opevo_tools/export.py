@@ -43,6 +43,7 @@ from trial_code import anchor, targets
 from trial_code import trial as trial_cli
 from trial_code.cli import workload_from
 from trial_code.evaluate import Limits, Result
+from trial_code.files import copy_file
 
 from . import best as best_json
 from . import network_export
@@ -148,8 +149,8 @@ def export(folder: str, options: Options, out: str | None = None) -> Best | Netw
     if target.kind == "llvm":  # the CPU the worker built for, which the kernel is only valid on
         target = replace(target, mcpu=result.arch)
     best_source = os.path.join(out, "best" + os.path.splitext(source)[1])
-    best_json.place(source, best_source)
-    best_json.place(library_of(source), os.path.join(out, "best.so"))
+    copy_file(source, best_source)
+    copy_file(library_of(source), os.path.join(out, "best.so"))
     vendor = versus_vendor(os.path.join(out, "best.so"), workload, target, options) if measured else None
     ranking = [{"parameter_id": t.parameter_id, "reported_tflops": t.value,
                 "remeasured_tflops": r.tflops if r.repeats_ms else None, "status": r.status.name} for t, r, _ in rows]

@@ -10,7 +10,8 @@ layout changes between them, no layers no template covers (activations, pooling)
 ``--out``: ``network.json`` (schema ``nni-opevo/network/1``), ``network.md`` (the table), and
 per layer ``<layer>/best.<cu|ll>`` and ``<layer>/kernels/``. A named network is then also built
 as one TVM program with these kernels and timed (``network_graph``: ``whole_network_ms``),
-which shows what the sum leaves out.
+which shows what the sum leaves out, and written as ``network.so`` for a program to run
+(``trial_code.library.load_network``).
 
 Where the experiment ran on a GPU that this machine lacks, nothing is re-measured: each
 layer's latency is its best trial's reported one, and an untried layer has none (the sum is
@@ -21,12 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from trial_code import networks, targets
 from trial_code.evaluate import Limits, evaluate
+from trial_code.files import copy_file
 from trial_code.status import Status
 
 from .experiment_client import ExperimentDatabase, Trial
@@ -62,6 +63,9 @@ class NetworkBest:
     """The network built as one program with these kernels and timed (``network_graph``); None
     where it has no graph, was not measured here, or could not be built (``whole_network_error``)."""
     whole_network_error: str = ""
+    library: str | None = None
+    """The file (next to network.json) holding the whole network built with these kernels
+    (``trial_code.library.load_network``), where it could be built."""
 
     @property
     def latency_ms(self) -> float | None:
@@ -141,7 +145,7 @@ def export(folder: str, database: ExperimentDatabase, trial_args: argparse.Names
                 found = best_of(rows, measured)
         if found is not None:
             trial, result, source = found
-            shutil.copyfile(source, os.path.join(where, f"best.{extension}"))
+            copy_file(source, os.path.join(where, f"best.{extension}"))
             built_for = built_for or result.arch
             reported = trial.result.get("latency_ms") if isinstance(trial.result, dict) else None
             latency = result.latency_ms if measured else reported
@@ -158,18 +162,20 @@ def export(folder: str, database: ExperimentDatabase, trial_args: argparse.Names
         layers.append(LayerBest(layer.name, layer.count, layer.workload.to_json(), "default" if ok else "none", None,
                                 None, result.latency_ms if ok else None, result.tflops if ok else None, ok,
                                 len(trials)))
-    whole, error = _whole_network(network, layers, target, limits) if measured else (None, "")
+    library = os.path.join(out, "network.so")
+    whole, error = _whole_network(network, layers, target, limits, library) if measured else (None, "")
     if target.kind == "llvm" and built_for:
         target = targets.Target(**{**target.to_json(), "mcpu": built_for})
-    best = NetworkBest(os.path.basename(os.path.normpath(folder)), network, target.to_json(), layers, whole, error)
+    best = NetworkBest(os.path.basename(os.path.normpath(folder)), network, target.to_json(), layers, whole, error,
+                       "network.so" if whole is not None else None)
     best.write(out)
     return best
 
 
-def _whole_network(network: str, layers: list[LayerBest], target: targets.Target, limits: Limits
+def _whole_network(network: str, layers: list[LayerBest], target: targets.Target, limits: Limits, library: str
                    ) -> tuple[float | None, str]:
-    """The network with each layer's chosen kernel built as one program and timed (a named
-    network only: ``network_graph``); (latency, "") or (None, why not)."""
+    """The network with each layer's chosen kernel built as one program, timed and written to
+    ``library`` (a named network only: ``network_graph``); (latency, "") or (None, why not)."""
     from trial_code.networks import graph as network_graph
 
     if not network_graph.has_graph(network):
@@ -177,7 +183,8 @@ def _whole_network(network: str, layers: list[LayerBest], target: targets.Target
     print(f"{network}: building the whole network with these kernels", flush=True)
     try:
         params = {layer.name: layer.parameters for layer in layers if layer.schedule == "tuned"}
-        found = network_graph.measure(network, network_graph.kernels(network, params, target), target, limits)
+        found = network_graph.measure(network, network_graph.kernels(network, params, target), target, limits,
+                                      library_path=library)
     except Exception as e:  # reported beside the sum, which stands on its own
         return None, network_graph.describe(e)
     return found.latency_ms, ""

@@ -9,6 +9,7 @@ import argparse
 import csv
 import json
 
+import numpy as np
 import pytest
 from feasible import feasible
 
@@ -116,6 +117,14 @@ def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_p
     assert [x.schedule for x in best.layers] == ["tuned", "default"]
     assert best.whole_network_ms is not None and best.whole_network_ms > 0 and not best.whole_network_error
     assert "as one TVM program" in best.headline()
+    # The tuned network as one library a program loads: the same output as TVM's own operators.
+    from trial_code import library
+
+    assert best.library == "network.so"
+    run = library.load_network(str(tmp_path / "out" / "network.so"))
+    host, expected = network_graph._reference(tiny, CPU, seed=3)
+    assert [a.shape for a in host] == network_graph.input_shapes(tiny)
+    np.testing.assert_allclose(run(*host), expected, rtol=1e-3, atol=1e-4)
     written = json.loads((tmp_path / "out" / "network.json").read_text())
     assert written["whole_network_ms"] == best.whole_network_ms and written["latency_ms"] == best.latency_ms
 

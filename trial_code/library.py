@@ -6,9 +6,12 @@
 
 ``nni-opevo export`` (and the launcher) write the winner as ``best.so`` next to ``best.json``
 (``executable.export_library``: the host code and, for CUDA, the device module in one file);
-``nni_opevo_tools.best.load_kernel(folder)`` reads both and calls ``load``. The library runs on
-the kind of device it was built for, and on the CPU only on one that has the instructions of
-the CPU it was built for (``best.json``'s target names it).
+``nni_opevo_tools.best.load_kernel(folder)`` reads both and calls ``load``. A network's export
+writes the whole network, built with its tuned kernels, as ``network.so``, which
+``load_network`` runs: it takes the image, then every weight and bias
+(``networks.graph.input_shapes`` gives their shapes). A library runs on the kind of device it
+was built for, and on the CPU only on one that has the instructions of the CPU it was built for
+(``best.json``'s target names it).
 """
 from __future__ import annotations
 
@@ -63,3 +66,20 @@ def load(path: str, workload: Workload, device: str = "cpu") -> Kernel:
     tensors = for_workload(workload).compute(workload)
     return Kernel(workload, module["main"], tvm.cuda(0) if device == "cuda" else tvm.cpu(0),
                   [tuple(int(d) for d in t.shape) for t in tensors[:-1]], tuple(int(d) for d in tensors[-1].shape))
+
+
+def load_network(path: str, device: str = "cpu") -> Callable[..., np.ndarray]:
+    """The whole network of the library at ``path``: a callable on NumPy arrays (the image, then
+    the weights and biases) that returns the network's output."""
+    from tvm import relax
+
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    where = tvm.cuda(0) if device == "cuda" else tvm.cpu(0)
+    machine = relax.VirtualMachine(tvm.runtime.load_module(path), where)
+
+    def run(*arrays: np.ndarray) -> np.ndarray:
+        tensors = [tvm.runtime.tensor(np.ascontiguousarray(a, dtype=np.float32), where) for a in arrays]
+        return machine["main"](*tensors).numpy()
+
+    return run

@@ -68,7 +68,7 @@ def run(job: dict[str, Any]) -> None:
 def build_and_measure(job: dict[str, Any], holding: bool) -> None:
     """``holding``: the device lock is held already (the CPU), else it is taken to measure."""
     # Imported here, after the stdout redirect, so TVM's own output never reaches the events.
-    from . import kernel
+    from . import files, kernel
     from .device_lock import DeviceBusy, exclusive
     from .targets import Target
     from .workloads import Workload
@@ -91,9 +91,9 @@ def build_and_measure(job: dict[str, Any], holding: bool) -> None:
     emit("built", build_s=time.perf_counter() - start, arch=target.arch_name)
     try:
         if job.get("source_path"):
-            replace_file(job["source_path"], lambda path: _write_text(path, kernel.source(executable, target)))
+            files.replace_file(job["source_path"], lambda path: _write_text(path, kernel.source(executable, target)))
         if job.get("library_path"):
-            replace_file(job["library_path"], executable.export_library)
+            files.replace_file(job["library_path"], executable.export_library)
     except Exception as exc:  # a full disk, a folder we may not write
         return fail("UNKNOWN_ERROR", exc)
     if job.get("build_only"):
@@ -134,19 +134,6 @@ def measured(workload: Any, executable: Any, target: Any, job: dict[str, Any], p
     except Exception as exc:
         return fail("RUNTIME_DEVICE", exc)
     emit("done", status="NO_ERROR", latency_s=timing.latency_s, repeats_s=timing.repeats_s)
-
-
-def replace_file(path: str, write: Any) -> None:
-    """``write(temporary)`` then rename it onto ``path``: a link planted at ``path`` is replaced,
-    never followed, and a reader never sees half a file."""
-    folder, name = os.path.split(os.path.abspath(path))
-    temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        if os.path.lexists(temporary):
-            os.unlink(temporary)
 
 
 def _write_text(path: str, text: str) -> None:

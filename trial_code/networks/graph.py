@@ -28,6 +28,7 @@ import numpy as np
 from .. import kernel, networks
 from ..device_lock import exclusive
 from ..evaluate import Limits
+from ..files import replace_file
 from ..measure import device_of
 from ..targets import Target
 from ..templates import for_workload
@@ -163,6 +164,12 @@ def has_graph(network: str) -> bool:
     return network in GRAPHS
 
 
+def input_shapes(network: str) -> list[tuple[int, ...]]:
+    """The shapes the whole network's ``main`` takes: the image, then every weight and bias in
+    the order the network's graph creates them (``Graph.weight``)."""
+    return [tuple(int(d) for d in p.ty.shape) for p in module(network, None)["main"].params]
+
+
 def module(network: str, kernels: dict[str, Any] | None) -> Any:
     """The Relax IRModule of ``network`` calling ``kernels`` (layer -> scheduled PrimFunc), or,
     with None, Relax's own operators throughout (the reference)."""
@@ -248,17 +255,21 @@ OTHER = "(other)"
 """``Program.time_calls``' name for everything the network runs besides its tunable layers."""
 
 
-def measure(network: str, layer_kernels: dict[str, Any], target: Target, limits: Limits) -> EndToEnd:
+def measure(network: str, layer_kernels: dict[str, Any], target: Target, limits: Limits,
+            library_path: str | None = None) -> EndToEnd:
     """Build ``network`` calling ``layer_kernels`` (``kernels``, or any scheduled PrimFunc of a
     layer's compute, e.g. MetaSchedule's), check it against the reference graph, and time one
     inference (the median of ``limits.repeat`` runs of at least ``limits.min_repeat_ms``) while
     holding the device's lock.
 
     Raises WrongNetwork when the result differs from the reference, and whatever TVM raises
-    when a kernel cannot be built."""
+    when a kernel cannot be built. ``library_path``: where to write the checked program as a
+    library (``trial_code.library.load_network``)."""
     program = Program(network, layer_kernels, target)
     with exclusive(target.device, limits.lock_wait):
         runs = program.load(limits.seed).time(limits)
+    if library_path:
+        replace_file(library_path, program.executable.export_library)
     return EndToEnd(float(np.median(runs)), tuple(runs), program.build_s, program.max_error)
 
 
