@@ -19,7 +19,9 @@ one understates the spread by a fifth); a single seed has none (0).
 * Where the optimum of a workload is known (a brute-forced cache; ``optima.json``, written by
   the benchmark), ``fractions.md``: the best found as a fraction of the optimum after each of
   ``budgets`` evaluations, mean +- std per tuner and workload, the best mean per column in bold
-  and every tuner within one standard error of it marked; and ``fraction_vs_trials.png``.
+  and every tuner within one standard error of it marked; then each tuner's mean over all those
+  cells, and every tuner paired seed by seed against OpEvo in each cell (mean difference +-
+  standard error, Wilcoxon p-value: ``paired_table``); and ``fraction_vs_trials.png``.
 """
 from __future__ import annotations
 
@@ -241,6 +243,49 @@ def fraction_table(runs: Runs, optima: dict[str, float], budgets: list[int]) -> 
     return "\n".join(lines)
 
 
+BASELINE = "opevo"
+"""The tuner every other is paired against in ``paired_table`` (the product), where it ran."""
+
+
+def paired_table(runs: Runs, optima: dict[str, float], budgets: list[int]) -> str:
+    """The mean of each tuner's cells (workloads x budgets), and every tuner paired seed by seed
+    against ``BASELINE`` in each cell: the mean difference of the fractions ± its standard error,
+    and the two-sided Wilcoxon signed-rank p-value (``scipy.stats.wilcoxon``; 1 when every pair
+    ties). These are the figures the decisions quote, so a reader regenerates them from a CSV."""
+    from scipy.stats import wilcoxon
+
+    cells: dict[str, dict[tuple[str, int], dict[str, float]]] = {}
+    for workload, tuners in sorted(runs.items()):
+        if workload not in optima:
+            continue
+        for tuner, seeds in tuners.items():
+            for b in budgets:
+                cells.setdefault(tuner, {})[(workload, b)] = {seed: fraction_at(rows, b, optima[workload])
+                                                              for seed, rows in seeds.items()}
+    if not cells:
+        return ""
+    lines = ["## Mean of the cells", "", "| tuner | cells | mean fraction of the optimum |", "|---|---|---|"]
+    means = {t: float(np.mean([np.mean(list(v.values())) for v in c.values()])) for t, c in cells.items()}
+    for tuner in sorted(means, key=lambda t: -means[t]):
+        lines.append(f"| {tuner} | {len(cells[tuner])} | {means[tuner]:.4f} |")
+    if BASELINE not in cells:
+        return "\n".join(lines) + "\n"
+    lines += ["", f"## Paired against {BASELINE}, seed by seed", "",
+              f"{BASELINE} minus the tuner: mean ± standard error of the difference, and the Wilcoxon p-value.", "",
+              "| tuner | cell | seeds | difference | p |", "|---|---|---|---|---|"]
+    for tuner in sorted(t for t in cells if t != BASELINE):
+        for cell in sorted(cells[tuner]):
+            ours, theirs = cells[BASELINE].get(cell, {}), cells[tuner][cell]
+            common = sorted(set(ours) & set(theirs))
+            if len(common) < 2:
+                continue
+            diff = np.array([ours[s] - theirs[s] for s in common])
+            p = 1.0 if not np.any(diff) else float(wilcoxon(diff, zero_method="zsplit").pvalue)
+            lines.append(f"| {tuner} | {cell[0]} after {cell[1]} | {len(common)} | {diff.mean():+.4f} ± "
+                         f"{sample_std(diff) / math.sqrt(len(diff)):.4f} | {p:.3g} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot_fractions(runs: Runs, optima: dict[str, float], out: Path) -> list[Path]:
     known = {w: t for w, t in runs.items() if w in optima}
     if not known:
@@ -287,6 +332,7 @@ def write(csv_path: Path, out: Path, budgets: list[int] | None = None, title: st
     if optima_path.exists():
         optima = json.loads(optima_path.read_text())
         fractions = out / "fractions.md"
-        fractions.write_text(fraction_table(runs, optima, budgets or [50, 100, 200]))
+        chosen = budgets or [50, 100, 200]
+        fractions.write_text(fraction_table(runs, optima, chosen) + "\n" + paired_table(runs, optima, chosen))
         written += [fractions, *plot_fractions(runs, optima, out)]
     return written

@@ -126,3 +126,25 @@ def test_kernel_tuner_pays_for_a_recorded_failure_as_our_tuners_do(tmp_path):
         run = [r for r in rows if r["tuner"] == tuner]
         failed = [json.loads(r["configuration"]) for r in run if r["status"] != "NO_ERROR"]
         assert len(run) == 7 and failed == [{"x": 8, "y": "b", "z": 3}], tuner
+
+
+def test_the_paired_table_is_computed_from_the_runs():
+    """The mean of the cells and the paired differences against OpEvo come from the rows, the
+    p-value from scipy.stats.wilcoxon: a reader regenerates every figure the decisions quote."""
+    import math
+
+    from scipy.stats import wilcoxon
+
+    from nni_opevo_bench.report import paired_table
+
+    def run(scores):
+        return [{"index": str(i), "tflops": str(v)} for i, v in enumerate(scores)]
+
+    opevo = {str(s): run([0.5, 0.9 + 0.01 * s]) for s in range(6)}
+    other = {str(s): run([0.6, 0.7 + 0.02 * s]) for s in range(6)}
+    table = paired_table({"w": {"opevo": opevo, "gbfs": other}}, {"w": 1.0}, [1, 2])
+    diff = [(0.9 + 0.01 * s) - (0.7 + 0.02 * s) for s in range(6)]
+    mean, error = sum(diff) / 6, (sum((d - sum(diff) / 6) ** 2 for d in diff) / 5) ** 0.5 / math.sqrt(6)
+    assert f"| gbfs | w after 2 | 6 | {mean:+.4f} ± {error:.4f} | {wilcoxon(diff).pvalue:.3g} |" in table
+    assert "| gbfs | w after 1 | 6 | -0.1000 ± 0.0000 |" in table
+    assert f"| opevo | 2 | {(0.5 + sum(0.9 + 0.01 * s for s in range(6)) / 6) / 2:.4f} |" in table
