@@ -43,11 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from nni_opevo import SearchSpace
-from trial_code import anchor, targets
+from trial_code import anchor, constraint, targets
 from trial_code.evaluate import Limits, Result, evaluate
 from trial_code.status import Status
-from trial_code.templates import Infeasible, NotInSpace, for_workload
 from trial_code.workloads import NAMED, lookup
 
 from .objectives import Live
@@ -238,25 +236,9 @@ class Campaign:
 
 
 def draw(name: str, target: targets.Target, seed: int, admitted: bool) -> tuple[dict[str, Any] | None, str]:
-    """A random configuration of the workload's space that the static check admits, or (a
-    probe) one it refuses for a launch limit only; with the rule that refused it."""
-    workload = lookup(name)
-    template = for_workload(workload)
-    space = SearchSpace(template.space(workload, target.kind))
-    rng = np.random.default_rng(seed)
-    for _ in range(DRAWS):
-        params = space.to_trial(space.sample(rng))
-        try:
-            template.check(workload, params, target)
-        except NotInSpace:
-            raise
-        except Infeasible as exc:
-            if not admitted and any(rule in str(exc) for rule in LAUNCH_LIMITS):
-                return params, str(exc)
-            continue
-        if admitted:
-            return params, ""
-    return None, ""
+    """A random configuration the static check admits, or (a probe) one it refuses for a launch
+    limit only, with the rule that refused it (``constraint.draw``)."""
+    return constraint.draw(lookup(name), target, seed, () if admitted else LAUNCH_LIMITS, tries=DRAWS)
 
 
 def device_description(target: targets.Target) -> str:

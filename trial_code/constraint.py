@@ -69,3 +69,31 @@ def class_args(workload: Workload, target_kind: str) -> dict[str, Any]:
     else:
         args = {"family": workload.family, "shape": dict(workload.shape), "name": workload.name}
     return {"constraint": "trial_code.constraint:feasible", "constraint_args": {**args, "target": target_kind}}
+
+
+def draw(workload: Workload, target: Target, seed: int, refused_by: tuple[str, ...] = (), tries: int = 200_000
+         ) -> tuple[dict[str, Any] | None, str]:
+    """A random configuration of the workload's space that the static check admits; with
+    ``refused_by``, instead one it refuses by one of those rules (words of the rule's message),
+    with that message. (None, "") when ``tries`` draws find none. Tests draw real kernels this
+    way, and the GPU campaign its probes of the limits."""
+    import numpy as np
+
+    from nni_opevo import SearchSpace  # here: the tuners' package costs a second to import
+
+    template = for_workload(workload)
+    space = SearchSpace(template.space(workload, target.kind))
+    rng = np.random.default_rng(seed)
+    for _ in range(tries):
+        params = space.to_trial(space.sample(rng))
+        try:
+            template.check(workload, params, target)
+        except NotInSpace:
+            raise
+        except Infeasible as exc:
+            if refused_by and any(rule in str(exc) for rule in refused_by):
+                return params, str(exc)
+            continue
+        if not refused_by:
+            return params, ""
+    return None, ""
