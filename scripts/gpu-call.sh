@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # One call of the GPU campaign on the lent GPU machine, from the project root there (docs/gpu-campaign.md):
-#   bash scripts/gpu-call.sh [nni-opevo campaign options, e.g. --stages correctness anchors]
+#   [CALL_S=570] bash scripts/gpu-call.sh [nni-opevo campaign options, e.g. --stages anchors goals]
+# CALL_S: the seconds this script may take, the device tool's timeout_s less 30 (`nni-opevo campaign --plan`
+# computes both from the device time left). The campaign stops itself 20 s before CALL_S whatever is in
+# flight, and the archive is packed into $OUT every minute and at the end, so a call cut off at any moment
+# still returns every finished row.
 # TVM travels in two parts, in two calls made back to back: a call that brings only part a stashes it and
 # stops; the call that brings part b unpacks TVM (and NNI, xgboost) under /opt/nni-opevo once per machine.
-# The campaign's folder lives at /root/campaign while the machine stays warm; on a fresh machine it is
-# restored from .devcarry/campaign/campaign.tar.xz when that travelled. Every call packs it to
-# $OUT/campaign.tar.xz and copies its README.md and log to $OUT.
+# The campaign's folder lives at $CAMPAIGN (default /root/campaign) while the machine stays warm; on a fresh
+# machine it is restored from .devcarry/campaign/campaign.tar.xz when that travelled.
 set -uo pipefail
 site=/opt/nni-opevo
 stash=/root/stash
-folder=/root/campaign
+folder=${CAMPAIGN:-/root/campaign}
 : "${OUT:=/tmp/out}"
 mkdir -p "$OUT" "$stash"
-export PYTHONPATH=$site:$PWD CUDA_PATH=/usr/local/cuda PYTHONUNBUFFERED=1
+export PYTHONPATH=$site:$PWD CUDA_PATH=${CUDA_PATH:-/usr/local/cuda} PYTHONUNBUFFERED=1
+python3 -m nni_opevo_bench.preflight image || exit 3
 if ! python3 -c 'import tvm' 2>/dev/null; then
   if [ -e .devcarry/tvm-a/part.aa ]; then cp .devcarry/tvm-a/part.aa "$stash/"; fi
   if [ ! -e .devcarry/tvm-b/part.ab ]; then
@@ -27,12 +31,23 @@ if ! python3 -c 'import nni, xgboost' 2>/dev/null; then
   [ -e .devcarry/py/site.tar.xz ] || { echo "NNI/xgboost are not here: carry .devcarry/py with part b." >&2; exit 3; }
   tar -xJf .devcarry/py/site.tar.xz -C "$site" || exit 3
 fi
-python3 -c 'import tvm, nni, xgboost; print("tvm", tvm.__version__, "cuda", tvm.cuda(0).exist)' || exit 3
+python3 -m nni_opevo_bench.preflight smoke || exit 3
 if [ ! -d "$folder" ] && [ -e .devcarry/campaign/campaign.tar.xz ]; then
-  tar -xJf .devcarry/campaign/campaign.tar.xz -C "$(dirname "$folder")"
+  mkdir -p "$folder" && tar -xJf .devcarry/campaign/campaign.tar.xz -C "$folder" --strip-components=1
 fi
-python3 -m nni_opevo_bench.campaign --out "$folder" "$@" 2>&1 | tee "$OUT/campaign.log" | tail -n 40
+pack() {  # the folder into $OUT, whole or not at all
+  tar -C "$(dirname "$folder")" -cJf "$OUT/.campaign.tar.xz" "$(basename "$folder")" 2>/dev/null \
+    && mv "$OUT/.campaign.tar.xz" "$OUT/campaign.tar.xz"
+}
+left=$(( ${CALL_S:-570} - SECONDS - 20 ))  # 20 s kept to pack the archive and rewrite the README
+[ "$left" -gt 60 ] || { echo "only ${left} s left in this call: nothing run" >&2; exit 3; }
+( while sleep 60; do pack; done ) &
+packer=$!
+timeout -k 5 $(( left + 10 )) python3 -m nni_opevo_bench.campaign --out "$folder" \
+  --minutes "$(awk "BEGIN { print $left / 60 }")" "$@" 2>&1 | tee "$OUT/campaign.log" | tail -n 40
 status=${PIPESTATUS[0]}
-tar -C "$(dirname "$folder")" -cJf "$OUT/campaign.tar.xz" "$(basename "$folder")"
+kill "$packer" 2>/dev/null; wait "$packer" 2>/dev/null
+python3 -m nni_opevo_bench.campaign --report --out "$folder" >/dev/null 2>&1
+pack
 cp "$folder/README.md" "$OUT/README.md" 2>/dev/null
 exit "$status"

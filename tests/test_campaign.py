@@ -1,36 +1,62 @@
-"""The GPU campaign's dry run, here where no GPU is visible: every stage walked with CUDA builds
-compiled by nvcc, the files the real run writes, a call cut at its deadline resumed by the next
-with nothing done twice."""
+"""The GPU campaign here where no GPU is visible: the dry run walks every stage with CUDA builds
+compiled by nvcc; a call cut off at any moment keeps every finished row and the next call resumes
+with nothing done twice; the call's hard limit, the folder's lock and device, the preflight's
+refusals and the plan of device calls."""
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
-from nni_opevo_bench import campaign
+from nni_opevo_bench import campaign, campaign_calls, preflight
 from trial_code import targets
 
-pytestmark = [pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH"),
-              pytest.mark.skipif(targets.cuda().has_device, reason="a GPU is visible: the real campaign would run")]
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None or targets.cuda().has_device,
+                                reason="needs nvcc (the CUDA toolkit) and no visible GPU (the real campaign would run)")
 
 
 def _lines(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _csv(path):
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def _campaign(out, *args):
+    return subprocess.Popen([sys.executable, "-m", "nni_opevo_bench.campaign", "--dry-run", "--out", str(out),
+                             "--concurrency", "2", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
 @pytest.mark.slow
-def test_dry_run_walks_every_stage_and_resumes_after_a_deadline(tmp_path, capsys):
+@needs_nvcc
+def test_a_call_killed_mid_trial_keeps_its_rows_and_the_next_resumes_without_repeats(tmp_path, capsys):
     out = tmp_path / "campaign"
-    # A call with a second of work: a few correctness builds start, the rest wait for the next call.
-    campaign.main(["--dry-run", "--out", str(out), "--minutes", "0.02", "--concurrency", "2"])
+    # The device tool kills a call at its limit, whatever runs: here mid-correctness, two builds in flight.
+    call = _campaign(out)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (
+            (out / "correctness.jsonl").exists() and len((out / "correctness.jsonl").read_text().splitlines()) >= 3):
+        time.sleep(0.2)
+    os.killpg(call.pid, signal.SIGKILL)
+    call.wait()
+    kept = _lines(out / "correctness.jsonl")
+    assert 3 <= len(kept) < 14 and all(r["device"] == campaign.gpu_name(targets.cuda()) for r in kept)
     state = json.loads((out / "campaign.json").read_text())
-    assert not state["stages"] and 0 < len(_lines(out / "correctness.jsonl")) < 14
-    assert "run the same command again" in capsys.readouterr().out
+    assert state["stages"]["anchors"]["complete"] and "correctness" not in state["stages"]
+    assert "ended" not in state["calls"][-1]
 
     campaign.main(["--dry-run", "--out", str(out), "--concurrency", "2"])
     state = json.loads((out / "campaign.json").read_text())
@@ -38,30 +64,62 @@ def test_dry_run_walks_every_stage_and_resumes_after_a_deadline(tmp_path, capsys
     checked = _lines(out / "correctness.jsonl")
     keys = Counter((r["workload"], r["kind"], r["index"]) for r in checked)
     assert len(keys) == 14 and set(keys.values()) == {1}  # 7 workloads, one admitted and one probe each, once
+    assert checked[:len(kept)] == kept  # what the killed call finished is kept as it was
     assert all(r["status"] == "NO_ERROR" and r["latency_ms"] is None for r in checked if r["kind"] == "admitted")
     assert all(r["rule"] and r["params"] for r in checked if r["kind"] == "probe")
     anchors = json.loads((out / "anchors.json").read_text())
     assert [(a["workload"], a["tf32"]) for a in anchors] == [("MM1", False), ("MM1", True), ("C1", False), ("C1", True)]
     assert all(a["library"] is None and "dry run" in a["why"] for a in anchors)
-    with open(out / "trials.csv") as handle:
-        rows = list(csv.DictReader(handle))
+    goals = Counter((r["workload"], r["tuner"], r["seed"]) for r in _csv(out / "goals.csv"))
+    assert goals == {("MM1", "opevo", "0"): 2, ("C1", "opevo", "0"): 1}
+    rows = _csv(out / "trials.csv")
     runs = Counter((r["workload"], r["tuner"], r["seed"]) for r in rows)
+    assert len({(r["workload"], r["tuner"], r["seed"], r["index"]) for r in rows}) == len(rows)
     assert {tuner for _, tuner, _ in runs} == set(campaign.TUNERS)
     assert all(runs[("MM1", tuner, seed)] == 2 for tuner in campaign.TUNERS for seed in "01")
-    assert all(runs[(name, tuner, "0")] == 1 for name in ("BMM1", "C2") for tuner in campaign.TUNERS)
+    assert all(runs[("BMM1", tuner, "0")] == 1 for tuner in campaign.TUNERS)
     assert Counter(r["status"] for r in rows)["NO_ERROR"] >= len(rows) - 2  # built by nvcc, not run
     throughput = _lines(out / "throughput.jsonl")
     assert sorted(r["index"] for r in throughput if "index" in r) == [0, 1, 2, 3]
     readme = (out / "README.md").read_text()
-    for heading in ("## Correctness", "## Vendor libraries", "## Comparison", "## Throughput"):
+    for heading in ("## Calls", "## Vendor libraries", "## OpEvo against the vendor libraries", "## Correctness",
+                    "## Comparison", "## Throughput"):
         assert heading in readme
-    assert "dry run" in readme and "sm_90a" in readme
+    assert "dry run" in readme and "sm_90a" in readme and "cut off" in readme  # the killed call
 
     # Once complete, the same command repeats nothing.
-    before = {name: (out / name).read_text() for name in ("correctness.jsonl", "trials.csv", "anchors.json")}
+    before = {name: (out / name).read_text() for name in ("correctness.jsonl", "trials.csv", "goals.csv", "anchors.json")}
     campaign.main(["--dry-run", "--out", str(out), "--concurrency", "2"])
     assert {name: (out / name).read_text() for name in before} == before
     assert "all done" in capsys.readouterr().out
+
+
+def test_the_calls_hard_limit_ends_it_whatever_is_in_flight():
+    # A stage that would run for a minute, stopped by the call's limit of one second.
+    code = ("import time; from nni_opevo_bench import campaign; campaign._stop_at(1.0); time.sleep(60); "
+            "print('not stopped')")
+    started = time.monotonic()
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert found.returncode == campaign.HARD_STOP_EXIT and time.monotonic() - started < 30
+    assert "limit of 1 s reached with work in flight" in found.stdout and "not stopped" not in found.stdout
+
+
+@needs_nvcc
+def test_a_second_call_into_a_folder_in_use_is_refused(tmp_path):
+    with open(tmp_path / ".campaign.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        found = subprocess.run([sys.executable, "-m", "nni_opevo_bench.campaign", "--dry-run", "--out", str(tmp_path)],
+                               capture_output=True, text=True, timeout=120)
+    assert found.returncode == 1 and found.stderr.strip().splitlines() == [
+        f"another campaign call is running in {tmp_path}: wait for it, or give another --out"]
+    assert not (tmp_path / "campaign.json").exists()
+
+
+def test_a_folder_of_another_device_is_not_resumed(tmp_path):
+    (tmp_path / "campaign.json").write_text(json.dumps(
+        {"dry_run": True, "device": "NVIDIA H200", "stages": {}, "calls": []}))
+    with pytest.raises(SystemExit, match="measured on NVIDIA H200, and this machine has .*give another --out"):
+        campaign.Campaign(tmp_path, dry_run=True, deadline=0.0, concurrency=1)
 
 
 def test_campaign_without_a_gpu_asks_for_the_dry_run():
@@ -75,3 +133,99 @@ def test_a_dry_campaign_folder_is_not_resumed_as_a_real_one(tmp_path):
     (tmp_path / "campaign.json").write_text(json.dumps({"dry_run": True, "stages": {}, "calls": []}))
     with pytest.raises(SystemExit, match="holds a dry campaign"):
         campaign.Campaign(tmp_path, dry_run=False, deadline=0.0, concurrency=1)
+
+
+def test_the_report_redraws_the_published_h100_folder(tmp_path):
+    published = os.path.join(os.path.dirname(__file__), "..", "docs", "results", "h100")
+    shutil.copytree(published, tmp_path / "h100")
+    campaign.main(["--report", "--out", str(tmp_path / "h100")])
+    assert (tmp_path / "h100" / "README.md").read_text() == open(os.path.join(published, "README.md")).read()
+
+
+# -- the plan of device calls -----------------------------------------------------------------------
+@pytest.mark.parametrize("budget", [1800, 1325, 900, 400])
+def test_the_plan_fits_the_budget_and_the_tools_limits(budget):
+    calls = campaign_calls.plan(budget, campaign.stage_minutes())
+    assert calls[0].carry == (".devcarry/tvm-a",) and ".devcarry/tvm-b" in calls[1].carry
+    assert calls[-1].device_s <= budget and all(call.timeout_s <= 600 for call in calls)
+    assert all(call.timeout_s - call.call_s >= campaign_calls.MARGIN_S for call in calls[1:])
+    assert all(call.campaign_s > campaign_calls.RESERVE_S for call in calls[1:])
+
+
+def test_a_30_minute_loan_reaches_the_goals_and_the_checks():
+    calls = campaign_calls.plan(1800, campaign.stage_minutes())
+    assert len(calls) == 4
+    reached = " ".join(call.reaches for call in calls)
+    assert calls[1].reaches.startswith("anchors, goals") and "correctness" in reached
+
+
+def test_too_little_device_time_plans_no_call():
+    assert campaign_calls.plan(200, campaign.stage_minutes()) == []
+    found = subprocess.run([sys.executable, "-m", "nni_opevo_bench.campaign", "--plan", "200"],
+                           capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0 and found.stdout.startswith("Too little device time for a call")
+
+
+def test_the_plan_of_a_resumed_campaign_skips_what_is_done():
+    state = {"stages": {stage: {"complete": True} for stage in ("anchors", "goals", "correctness", "throughput")},
+             "comparison_steps": [campaign.REAL.steps[0].name]}
+    calls = campaign_calls.plan(1800, campaign.stage_minutes(state))
+    assert calls[1].reaches.startswith(f"comparison {campaign.REAL.steps[1].name}")
+
+
+# -- the preflight ----------------------------------------------------------------------------------
+class _Nvrtc:
+    class nvrtcResult:  # noqa: N801 (cuda.bindings' name)
+        NVRTC_SUCCESS = 0
+
+    def __init__(self, error=0):
+        self.error = error
+
+    def nvrtcVersion(self):  # noqa: N802
+        return self.error, 13, 0
+
+
+def _machine(tmp_path, **changes):
+    (tmp_path / "include").mkdir(exist_ok=True)
+    (tmp_path / "include" / "cuda_runtime.h").write_text("")
+    modules = {"torch": SimpleNamespace(__version__="2.11.0+cu130", cuda=SimpleNamespace(is_available=lambda: True)),
+               "cuda.bindings.nvrtc": _Nvrtc()}
+    modules.update(changes.pop("modules", {}))
+
+    def import_module(name):
+        if isinstance(modules[name], Exception):
+            raise modules[name]
+        return modules[name]
+
+    fields = {"python": (3, 12), "import_module": import_module, "cuda_path": str(tmp_path),
+              "load_library": lambda name: object(), **changes}
+    return preflight.Machine(**fields)
+
+
+def test_the_preflight_passes_a_good_image(tmp_path):
+    assert preflight.image(_machine(tmp_path)) == []
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"python": (3, 11)}, "Python 3.11 here, and the bundle's wheels (TVM, xgboost) are built for 3.12"),
+    ({"modules": {"torch": ModuleNotFoundError("No module named 'torch'")}}, "PyTorch does not import"),
+    ({"modules": {"torch": SimpleNamespace(__version__="2.11.0+cpu", cuda=SimpleNamespace(is_available=lambda: False))}},
+     "PyTorch 2.11.0+cpu sees no CUDA device"),
+    ({"modules": {"cuda.bindings.nvrtc": ImportError("libnvrtc.so.13: cannot open shared object file")}},
+     "NVRTC does not load through cuda.bindings"),
+    ({"modules": {"cuda.bindings.nvrtc": _Nvrtc(error=7)}}, "NVRTC answers nvrtcVersion with 7"),
+    ({"cuda_path": "/nonexistent/cuda"}, "no /nonexistent/cuda/include/cuda_runtime.h: NVRTC needs the CUDA headers"),
+    ({"load_library": lambda name: (_ for _ in ()).throw(OSError(f"{name}: cannot open shared object file"))},
+     "libcudart does not load"),
+], ids=["python", "no-torch", "cpu-torch", "no-nvrtc", "nvrtc-error", "no-headers", "no-cudart"])
+def test_the_preflight_names_each_problem_in_one_line(tmp_path, change, words):
+    problems = preflight.image(_machine(tmp_path, **change))
+    assert len(problems) == 1 and words in problems[0] and "\n" not in problems[0]
+
+
+def test_the_preflight_command_stops_the_call_here():
+    # This machine has Python 3.11 and no CUDA PyTorch: refused, one line each, exit 3, no traceback.
+    found = subprocess.run([sys.executable, "-m", "nni_opevo_bench.preflight", "image"],
+                           capture_output=True, text=True, timeout=120)
+    assert found.returncode == preflight.EXIT and "Traceback" not in found.stderr
+    assert found.stderr and all(line.startswith("preflight: ") for line in found.stderr.splitlines())

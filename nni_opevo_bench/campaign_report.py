@@ -1,0 +1,160 @@
+"""The GPU campaign's README: one table per stage, drawn from the files of the campaign's folder.
+
+Written after every call, and again by ``nni-opevo campaign --report --out DIR`` anywhere (no GPU
+needed), so a published folder's figures can be regenerated from the rows beside them.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trial_code.status import Status
+
+from .table import read_rows
+
+STAGE_ORDER = ("anchors", "goals", "correctness", "throughput", "comparison")
+GOALS = {"MM1": 1.0, "MM2": 1.0, "MM3": 1.0, "BMM1": 1.0, "BMM2": 1.0, "BMM3": 1.0, "C1": 0.9}
+"""The project's goals: the best kernel's speed over the vendor library's at fp32, TF32 off
+(cuBLAS on MM1-3 and BMM1-3, cuDNN on C1; C2's cuDNN figure is a Winograd or FFT algorithm
+counted in direct-convolution FLOPs, so it has none)."""
+LAUNCH_FAILURES = (Status.COMPILE_DEVICE.name, Status.RUNTIME_DEVICE.name, Status.WRONG_ANSWER.name)
+"""What an admitted configuration must never do on the device: the check or a template is wrong.
+A run past the run limit is counted apart: a slow kernel, not a launch the check should refuse."""
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Whole lines only: a line cut off by a killed call is dropped (its item is done again)."""
+    if not path.exists():
+        return
+    for line in path.read_text().splitlines():
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            continue
+
+
+def write_atomic(path: Path, text: str) -> None:
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def write_readme(out: Path) -> None:
+    """``out/README.md`` from ``out/campaign.json`` and the stages' files."""
+    state = json.loads((out / "campaign.json").read_text())
+    calls = state.get("calls", [])
+    complete = [s for s in STAGE_ORDER if state.get("stages", {}).get(s, {}).get("complete")]
+    lines = ["# GPU campaign" + (" (dry run: builds only, nothing measured)" if state.get("dry_run") else ""), "",
+             f"Device: {state.get('device') or (calls[-1]['device'] if calls else 'none yet')}. "
+             f"Stages complete: {', '.join(complete) or 'none'}. Regenerate this page: "
+             "`nni-opevo campaign --report --out <this folder>`.", ""]
+    lines += _calls_table(calls)
+    anchors = json.loads((out / "anchors.json").read_text()) if (out / "anchors.json").exists() else []
+    lines += _anchor_table(anchors)
+    lines += _tuner_table(out / "goals.csv", anchors, "## OpEvo against the vendor libraries")
+    lines += _correctness_table(list(read_jsonl(out / "correctness.jsonl")))
+    lines += _throughput_table(list(read_jsonl(out / "throughput.jsonl")))
+    lines += _tuner_table(out / "trials.csv", anchors, "## Comparison")
+    write_atomic(out / "README.md", "\n".join(lines) + "\n")
+
+
+def _calls_table(calls: list[dict[str, Any]]) -> list[str]:
+    if not calls:
+        return []
+    lines = ["## Calls", "", "| # | started | ended | stages | command |", "|---|---|---|---|---|"]
+    for number, call in enumerate(calls, 1):
+        lines.append(f"| {number} | {call['started']} | {call.get('ended', 'cut off')} | "
+                     f"{', '.join(call.get('stages', [])) or '-'} | `{call['command']}` |")
+    return lines + [""]
+
+
+def _correctness_table(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["## Correctness and the static limits", "",
+             "| workload | admitted: statuses | refused by a launch limit, run anyway: statuses |", "|---|---|---|"]
+    for name in dict.fromkeys(r["workload"] for r in rows):
+        cells = []
+        for kind in ("admitted", "probe"):
+            counts = Counter(r["status"] for r in rows if r["workload"] == name and r["kind"] == kind)
+            cells.append(", ".join(f"{status} {n}" for status, n in sorted(counts.items())) or "-")
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    admitted = [r for r in rows if r["kind"] == "admitted"]
+    if rows and all(r["latency_ms"] is None for r in rows):  # a dry run: built, nothing ran
+        unbuilt = [r for r in admitted if r["status"] != Status.NO_ERROR.name]
+        return lines + ["", f"Dry run: admitted configurations that failed to build: {len(unbuilt)}.", ""]
+    bugs = [r for r in admitted if r["status"] in LAUNCH_FAILURES]
+    slow = [r for r in admitted if r["status"] == Status.RUN_TIMEOUT.name]
+    lost = Counter(r["rule"].split(" exceeds")[0].rstrip("0123456789 ") for r in rows
+                   if r["kind"] == "probe" and r["status"] == Status.NO_ERROR.name)
+    probes = sum(r["kind"] == "probe" for r in rows)
+    return lines + ["", f"Admitted but refused or wrong on the device (a bug in the check or a template): "
+                        f"{len(bugs)} of {len(admitted)}. Admitted but past the run limit (slow kernels): "
+                        f"{len(slow)}. Refused but ran (space the check loses): {sum(lost.values())} of {probes}"
+                    + (f", by rule: {', '.join(f'{rule} {n}' for rule, n in lost.most_common())}" if lost else "")
+                    + ".", ""]
+
+
+def _anchor_table(anchors: list[dict[str, Any]]) -> list[str]:
+    if not anchors:
+        return []
+    lines = ["## Vendor libraries", "", "| workload | fp32 (TF32 off) TFLOPS | TF32 TFLOPS | library |", "|---|---|---|---|"]
+    for name in dict.fromkeys(a["workload"] for a in anchors):
+        by = {a["tf32"]: a for a in anchors if a["workload"] == name}
+        cells = [f"{by[t]['tflops']:.1f}" if by.get(t, {}).get("library") else "-" for t in (False, True)]
+        library = (by.get(False) or {}).get("library") or (by.get(False) or {}).get("why", "-")
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} | {library} |")
+    return lines + [""]
+
+
+def _tuner_table(csv_path: Path, anchors: list[dict[str, Any]], heading: str) -> list[str]:
+    rows = read_rows(csv_path)
+    if not rows:
+        return []
+    vendor = {a["workload"]: a["tflops"] for a in anchors if not a["tf32"] and a.get("library")}
+    lines = [heading, "", "Best TFLOPS per run as the trial measured it (median over seeds, with min-max), its "
+             "fraction of the vendor library's at fp32 (TF32 off, timed apart), and the goal for that fraction.", "",
+             "| workload | tuner | seeds | trials per seed | failed trials | best TFLOPS | / vendor | goal |",
+             "|---|---|---|---|---|---|---|---|"]
+    runs: dict[tuple[str, str], dict[str, list[float]]] = {}
+    failed: Counter[tuple[str, str]] = Counter()
+    for row in rows:
+        runs.setdefault((row["workload"], row["tuner"]), {}).setdefault(row["seed"], []).append(float(row["tflops"]))
+        failed[(row["workload"], row["tuner"])] += row["status"] != Status.NO_ERROR.name
+    order = {name: index for index, name in enumerate(dict.fromkeys(a["workload"] for a in anchors))}
+    for (workload, tuner), seeds in sorted(runs.items(), key=lambda item: (order.get(item[0][0], 99), item[0])):
+        best = [max(values) for values in seeds.values()]
+        trials = sorted({len(values) for values in seeds.values()})
+        median = float(np.median(best))
+        fraction = median / vendor[workload] if vendor.get(workload, 0) > 0 else None
+        goal = GOALS.get(workload)
+        verdict = "-" if goal is None or fraction is None else \
+            f"{goal:.1f}x: {'met' if fraction >= goal else f'**not met** ({fraction - goal:+.3f})'}"
+        lines.append(f"| {workload} | {tuner} | {len(seeds)} | {'/'.join(map(str, trials))} | "
+                     f"{failed[(workload, tuner)]} | {median:.2f} ({min(best):.2f}-{max(best):.2f}) | "
+                     f"{'-' if fraction is None else f'{fraction:.3f}'} | {verdict} |")
+    return lines + [""]
+
+
+def _throughput_table(rows: list[dict[str, Any]]) -> list[str]:
+    trials = [r for r in rows if "index" in r]
+    wall = sum(r["segment_s"] for r in rows if "segment_s" in r)
+    if not trials or wall <= 0:
+        return []
+    builds = np.array([r["build_s"] for r in trials if r["build_s"] is not None] or [math.nan])
+    total = sum(r["total_s"] for r in trials)
+    shares = {phase: sum(r[f"{phase}_s"] or 0.0 for r in trials) / total for phase in ("build", "wait", "measure")}
+    p10, p50, p90 = np.percentile(builds, [10, 50, 90])
+    return ["## Throughput (MM1, random admitted configurations)", "",
+            "| trials | trials per minute | build s p10 / p50 / p90 / max | building | waiting for the GPU | "
+            "measuring | other (process start, TVM import) |", "|---|---|---|---|---|---|---|",
+            f"| {len(trials)} | {60 * len(trials) / wall:.1f} | {p10:.2f} / {p50:.2f} / {p90:.2f} / "
+            f"{np.max(builds):.2f} | {shares['build']:.0%} | {shares['wait']:.0%} | {shares['measure']:.0%} | "
+            f"{1 - sum(shares.values()):.0%} |", ""]

@@ -1,0 +1,133 @@
+"""The GPU machine's preflight: what a campaign call needs, checked in seconds before it spends any.
+
+``python3 -m nni_opevo_bench.preflight image`` runs before TVM is unpacked and needs nothing but
+the machine's own Python: the bundle's wheels are CPython 3.12 builds, the anchors need PyTorch
+with CUDA, TVM compiles CUDA through NVRTC (``cuda.bindings``) with the toolkit's headers and
+loads ``libcudart``. ``... preflight smoke`` runs once TVM is unpacked: TVM sees the GPU (its CUDA
+runtime fails silently otherwise), one small random MatMul is built, run and checked through the
+trial code, and one PyTorch MatMul is checked. Each problem is one line; any problem exits 3, so
+``scripts/gpu-call.sh`` stops the call before the campaign spends its minutes on failing trials.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+
+PYTHON = (3, 12)
+"""The Python the bundle's binary wheels are built for (scripts/gpu-bundle.sh)."""
+EXIT = 3
+
+
+@dataclass
+class Machine:
+    """What the checks look at; tests replace a part to simulate each failure."""
+
+    python: tuple[int, int] = field(default_factory=lambda: (sys.version_info.major, sys.version_info.minor))
+    import_module: Callable[[str], ModuleType] = importlib.import_module
+    cuda_path: str = field(default_factory=lambda: os.environ.get("CUDA_PATH") or "/usr/local/cuda")
+    load_library: Callable[[str], object] = ctypes.CDLL
+
+
+def _python(machine: Machine) -> str | None:
+    if machine.python != PYTHON:
+        return (f"Python {machine.python[0]}.{machine.python[1]} here, and the bundle's wheels (TVM, xgboost) are "
+                f"built for {PYTHON[0]}.{PYTHON[1]}: rebuild them for this Python (scripts/gpu-bundle.sh)")
+    return None
+
+
+def _torch(machine: Machine) -> str | None:
+    try:
+        torch = machine.import_module("torch")
+    except Exception as e:  # an import can fail in any way: each is one line
+        return f"PyTorch does not import ({type(e).__name__}: {e}): the anchors need it"
+    if not torch.cuda.is_available():
+        return f"PyTorch {torch.__version__} sees no CUDA device: a CPU build, or no GPU visible"
+    return None
+
+
+def _nvrtc(machine: Machine) -> str | None:
+    try:
+        nvrtc = machine.import_module("cuda.bindings.nvrtc")
+        error, _, _ = nvrtc.nvrtcVersion()
+        if error != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return f"NVRTC answers nvrtcVersion with {error}"
+    except Exception as e:
+        return f"NVRTC does not load through cuda.bindings ({type(e).__name__}: {e}): TVM compiles CUDA with it"
+    return None
+
+
+def _headers(machine: Machine) -> str | None:
+    header = os.path.join(machine.cuda_path, "include", "cuda_runtime.h")
+    if not os.path.isfile(header):
+        return f"no {header}: NVRTC needs the CUDA headers (set CUDA_PATH to the toolkit)"
+    return None
+
+
+def _cudart(machine: Machine) -> str | None:
+    names = ["libcudart.so", *sorted(glob.glob(os.path.join(machine.cuda_path, "lib64", "libcudart.so*")))]
+    problems = []
+    for name in names:
+        try:
+            machine.load_library(name)
+            return None
+        except OSError as e:
+            problems.append(str(e))
+    return f"libcudart does not load ({problems[-1] if problems else 'not found'}): TVM's CUDA runtime needs it"
+
+
+IMAGE_CHECKS = (_python, _torch, _nvrtc, _headers, _cudart)
+
+
+def image(machine: Machine | None = None) -> list[str]:
+    """The image's problems, one line each; none when a campaign call can go on."""
+    machine = machine or Machine()
+    return [problem for check in IMAGE_CHECKS if (problem := check(machine))]
+
+
+def smoke() -> list[str]:
+    """TVM's view of the GPU, one trial-code MatMul and one PyTorch MatMul; problems, one line each."""
+    import numpy as np
+    import torch
+    import tvm
+
+    from trial_code import constraint, targets
+    from trial_code.evaluate import Limits, evaluate
+    from trial_code.workloads import lookup
+
+    if not tvm.cuda(0).exist:
+        return [f"TVM {tvm.__version__} sees no CUDA device: its CUDA runtime did not load"]
+    problems = []
+    target, workload = targets.cuda(), lookup("MM_small")
+    params, _ = constraint.draw(workload, target, 0)
+    result = evaluate(workload, params, target, Limits(build_timeout=120.0, run_timeout=30.0))
+    if result.status.name != "NO_ERROR":
+        problems.append(f"a random admitted MM_small kernel ended {result.status.name}: {result.error[-200:]}")
+    a = torch.rand(256, 256, device="cuda", dtype=torch.float64)
+    if not torch.allclose((a @ a).cpu(), torch.from_numpy(a.cpu().numpy() @ a.cpu().numpy())):
+        problems.append("a PyTorch MatMul on the GPU disagrees with NumPy's")
+    print(f"preflight: TVM {tvm.__version__}, PyTorch {torch.__version__}, MM_small "
+          f"{result.tflops:.2f} TFLOPS ({result.status.name}), NumPy {np.__version__}", flush=True)
+    return problems
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv not in (["image"], ["smoke"]):
+        print("usage: python3 -m nni_opevo_bench.preflight image|smoke", file=sys.stderr)
+        raise SystemExit(2)
+    problems = image() if argv == ["image"] else smoke()
+    for problem in problems:
+        print(f"preflight: {problem}", file=sys.stderr, flush=True)
+    if problems:
+        raise SystemExit(EXIT)
+    print(f"preflight: {argv[0]} passed", flush=True)
+
+
+if __name__ == "__main__":
+    main()
