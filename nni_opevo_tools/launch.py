@@ -4,9 +4,13 @@
     python -m nni_opevo_tools.launch --workload MM_small --target cpu --trials 8  # written in the current folder
     python -m nni_opevo_tools.launch --config experiments/C2/opevo.yml --port 8081
     python -m nni_opevo_tools.launch --workload MM1 --tuner gbfs  # any workload and catalog tuner, generated
+    python -m nni_opevo_tools.launch --operator myops:depthwise --shape channels=32 --target cpu  # your operator
 
-Experiments named by ``--workload`` (and the default ones) are generated under ``--root``, the
-current folder by default (``make_spaces``), so the installed package runs anywhere.
+Experiments named by ``--workload`` or ``--operator`` (and the default ones) are generated under
+``--root``, the current folder by default (``make_spaces``), so the installed package runs
+anywhere. A user's operator (``trial_code.operators``) is imported, its template derived and one
+configuration built, run and checked against its reference before NNI starts: a module that
+fails to import or a computation that does not build is one line here, not a failed experiment.
 
 Before NNI starts, it builds the experiment's tuner with its classArgs on its search space, so
 a misspelt ``_type`` or a bad classArg is refused at once with the parameter named. It then
@@ -31,7 +35,11 @@ from collections import Counter
 
 import yaml
 
-from trial_code import targets, workloads
+from trial_code import constraint, targets, workloads
+from trial_code.cli import workload_from
+from trial_code.evaluate import evaluate
+from trial_code.templates import for_workload
+from trial_code.workloads import Workload
 
 from . import export, make_spaces
 from .experiment_client import NNICTL, ExperimentClient, created_id
@@ -41,19 +49,38 @@ def default_config(root: str | None) -> str:
     """MM1 with OpEvo where a GPU is visible, else the CPU quickstart, written under ``root``."""
     layout = make_spaces.Layout(root)
     if targets.resolve("auto").kind == "cuda":
-        return generated_config("MM1", make_spaces.SHIPPED_TUNER, "cuda", layout.root, None)
+        return generated_config(workloads.NAMED["MM1"], make_spaces.SHIPPED_TUNER, "cuda", layout.root, None)
     make_spaces.write_spaces(layout, workloads.NAMED[make_spaces.QUICKSTART])
     return make_spaces.write_quickstart(layout)
 
 
-def generated_config(workload: str, tuner: str, target: str, root: str | None, trials: int | None) -> str:
+def generated_config(workload: Workload, tuner: str, target: str, root: str | None, trials: int | None) -> str:
     """``<root>/experiments/<workload>/<tuner>[-cpu].yml``, written now (``make_spaces``);
     ``trials`` overrides its maxTrialNumber."""
     kind = "cuda" if targets.resolve(target).kind == "cuda" else "cpu"
     layout = make_spaces.Layout(root)
-    chosen = workloads.lookup(workload)
-    make_spaces.write_spaces(layout, chosen)
-    return make_spaces.write_experiments(layout, chosen, tuner, (kind,), trials)[0]
+    make_spaces.write_spaces(layout, workload)
+    return make_spaces.write_experiments(layout, workload, tuner, (kind,), trials)[0]
+
+
+def first_trial(workload: Workload, target: str) -> None:
+    """A user's operator, tried before NNI starts: its template derived (the module imported, the
+    computation read), one configuration its check admits built, run and checked against its
+    reference. ValueError with one line when any of it fails."""
+    resolved = targets.resolve(target)
+    template = for_workload(workload)
+    template.space(workload, "cuda" if resolved.kind == "cuda" else "cpu")
+    params, _ = constraint.draw(workload, resolved, seed=0, tries=20_000)
+    if params is None:
+        raise ValueError(f"operator {workload.shape['operator']}: no configuration of its space passes the static "
+                         f"check on {resolved.kind} in 20,000 draws")
+    result = evaluate(workload, params, resolved)
+    if result.status.name != "NO_ERROR":
+        detail = " ".join(result.error.split())[-400:]
+        raise ValueError(f"operator {workload.shape['operator']}: a first configuration ended {result.status.name}"
+                         f": {detail}")
+    print(f"{workload.name}: a first configuration built and matched its reference "
+          f"({result.tflops * 1e3:.2f} GFLOPS); starting NNI", flush=True)
 
 
 EXPOSED = ("NNI serves this web UI and its REST API on every network interface of this machine, without "
@@ -151,6 +178,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=None, help="an experiment YAML (default: by whether a GPU is visible)")
     parser.add_argument("--workload", help=f"instead of --config: a named workload ({', '.join(workloads.NAMED)})")
+    parser.add_argument("--operator", metavar="MODULE:NAME",
+                        help="instead of --config: your own operator, a function returning a "
+                             "trial_code.operators.Operator in a module importable here (docs/your-operator.md)")
+    parser.add_argument("--shape", nargs="+", metavar="KEY=VALUE", default=[],
+                        help="with --operator: its keyword arguments, e.g. channels=64 height=56")
+    parser.add_argument("--name", help="with --operator: the workload's name (default: from the function and shape)")
     parser.add_argument("--tuner", default=make_spaces.SHIPPED_TUNER,
                         help="with --workload: a catalog tuner, e.g. gbfs or opevo:mutate_rate=0.3")
     parser.add_argument("--target", default="auto", help="with --workload: auto, cpu or cuda")
@@ -162,20 +195,27 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--top-k", type=int, default=export.Options.top_k,
                         help="configurations re-measured at the end (default %(default)s)")
     args = parser.parse_args(argv)
-    if args.config and args.workload is not None:
-        parser.error("give --config or --workload, not both")
+    if sum(x is not None for x in (args.config, args.workload, args.operator)) > 1:
+        parser.error("give one of --config, --workload and --operator")
+    if (args.shape or args.name) and args.operator is None:
+        parser.error("--shape and --name go with --operator")
     if args.top_k < 1 or (args.trials is not None and args.trials < 1):
         parser.error("--top-k and --trials must be >= 1")
     if args.config and (args.trials is not None or args.root is not None or args.target != "auto"):
-        parser.error("--trials, --root and --target go with --workload (or the default experiment), not --config")
+        parser.error("--trials, --root and --target go with --workload or --operator (or the default experiment), "
+                     "not --config")
     return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    if args.workload is not None:  # an empty name is a mistake, not the default
+    if args.workload is not None or args.operator is not None:  # an empty name is a mistake, not the default
         try:
-            config = generated_config(args.workload, args.tuner, args.target, args.root, args.trials)
+            workload = workload_from(argparse.Namespace(workload=args.workload, operator=args.operator, family=None,
+                                                        shape=args.shape, name=args.name, network=None))
+            if workload.family == "operator":
+                first_trial(workload, args.target)
+            config = generated_config(workload, args.tuner, args.target, args.root, args.trials)
         except ValueError as e:
             raise SystemExit(f"cannot generate the experiment: {e}") from None
     elif args.config:

@@ -94,9 +94,14 @@ def experiment(layout: Layout, config_path: str, workload: Workload, kind: str, 
                trial_flags: str = "", tuner: str = SHIPPED_TUNER) -> dict[str, Any]:
     """An NNI 3.0 experiment config to be written at ``config_path``."""
     quote = shlex.quote  # NNI runs the trial command through a shell
-    shape_flags = (f"--workload {quote(workload.name)}" if workloads.NAMED.get(workload.name) == workload else
-                   f"--family {quote(workload.family)} --name {quote(workload.name)} --shape "
-                   + " ".join(quote(f"{k}={v}") for k, v in workload.shape.items()))
+    arguments = {k: v for k, v in workload.shape.items() if k != "operator"}
+    shape = (" --shape " + " ".join(quote(f"{k}={v}") for k, v in arguments.items())) if arguments else ""
+    if workloads.NAMED.get(workload.name) == workload:
+        shape_flags = f"--workload {quote(workload.name)}"
+    elif workload.family == "operator":
+        shape_flags = f"--operator {quote(workload.shape['operator'])} --name {quote(workload.name)}{shape}"
+    else:
+        shape_flags = f"--family {quote(workload.family)} --name {quote(workload.name)}{shape}"
     code = layout.from_config(config_path, layout.code)
     config: dict[str, Any] = {
         "experimentName": f"{workload.name} {catalog.CATALOG[catalog.parse(tuner)[0]].description} ({kind})",
@@ -285,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
         written = []
         for tuner in args.tuner or [SHIPPED_TUNER]:
             written += write_network(layout, args.network, tuner, args.allocator)
-    elif args.workload is not None or args.family:
+    elif args.workload is not None or args.family or args.operator:
         workload = workload_from(args)
         written = write_spaces(layout, workload)
         for tuner in args.tuner or [SHIPPED_TUNER]:

@@ -113,6 +113,8 @@ def _blas_name() -> str:
 
 def vendor(workload: Workload, target: Target, tf32: bool = False) -> Vendor | None:
     """The library a user would call instead of the kernel, or None where there is none here."""
+    if workload.family == "operator":
+        return _declared(workload, target)
     if target.kind == "cuda":
         return _torch(workload, target, tf32)
     if workload.family not in ("matmul", "batch_matmul"):
@@ -127,6 +129,23 @@ def vendor(workload: Workload, target: Target, tf32: bool = False) -> Vendor | N
     b_view = np.swapaxes(b, -1, -2) if s["layout"][1] == "T" else b
     out = np.empty(lead + (s["n"], s["m"]), np.float32)
     return Vendor(f"NumPy ({_blas_name()})", lambda: np.matmul(a_view, b_view, out=out), lambda: None)
+
+
+def _declared(workload: Workload, target: Target) -> Vendor | None:
+    """A user's operator: the library its ``Operator`` names, on the CPU, called on the trials'
+    inputs; None where it names none or it is not installed here (its function raised ImportError)."""
+    from . import measure
+
+    operator = getattr(for_workload(workload), "operator", None)
+    declared = operator(workload).library if operator is not None else None
+    if declared is None or target.kind == "cuda":
+        return None
+    name, prepare = declared
+    try:
+        call = prepare(*measure.prepare(workload, seed=0).host)
+    except ImportError:
+        return None
+    return Vendor(name, call, lambda: None)
 
 
 def _torch(workload: Workload, target: Target, tf32: bool) -> Vendor | None:

@@ -13,8 +13,12 @@ from .workloads import Workload
 def add_workload_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", help=f"a named workload: {', '.join(workloads.NAMED)}")
     parser.add_argument("--family", choices=workloads.FAMILIES, help="a custom shape's operator family")
+    parser.add_argument("--operator", metavar="MODULE:NAME",
+                        help="your own operator: a function returning a trial_code.operators.Operator (or a "
+                             "Template subclass) in a module importable here; --shape gives its arguments")
     parser.add_argument("--shape", nargs="+", metavar="KEY=VALUE", default=[],
-                        help="a custom shape, e.g. n=512 m=1024 k=1024 (see trial_code/workloads.py)")
+                        help="a custom shape, e.g. n=512 m=1024 k=1024 (see trial_code/workloads.py), or the "
+                             "--operator's keyword arguments")
     parser.add_argument("--name", help="name of the custom workload (default: from its shape)")
     parser.add_argument("--network", help=f"every tunable layer of a network ({', '.join(networks.NETWORKS)}): the "
                                           f"parameters' '{networks.KEY}' choice names the layer")
@@ -34,16 +38,28 @@ def layer_from(args: argparse.Namespace, params: dict[str, Any]) -> tuple[Worklo
 def workload_from(args: argparse.Namespace) -> Workload:
     if getattr(args, "network", None):
         raise ValueError("--network names many workloads; this command takes one (--workload, or --family with --shape)")
+    operator = getattr(args, "operator", None)
     if args.workload is not None:  # an empty name is looked up, and refused
-        if args.family or args.shape:
-            raise ValueError("give either --workload or --family with --shape, not both")
+        if args.family or args.shape or operator:
+            raise ValueError("give either --workload, --family with --shape, or --operator, not more than one")
         return workloads.lookup(args.workload)
-    if not args.family:
-        raise ValueError("give --workload NAME, or --family with --shape")
-    shape: dict[str, Any] = {}
+    if operator is not None and args.family not in (None, "operator"):
+        raise ValueError("give either --family with --shape or --operator, not both")
+    if not args.family and operator is None:
+        raise ValueError("give --workload NAME, --family with --shape, or --operator MODULE:NAME")
+    shape: dict[str, Any] = {} if operator is None else {"operator": operator}
     for pair in args.shape:
         key, sep, value = pair.partition("=")
         if not sep:
             raise ValueError(f"--shape takes KEY=VALUE, got {pair!r}")
-        shape[key] = json.loads(value) if value.lstrip("-").isdigit() else value
-    return workloads.make(args.family, name=args.name, **shape)
+        shape[key] = _value(value)
+    return workloads.make(args.family or "operator", name=args.name, **shape)
+
+
+def _value(text: str) -> Any:
+    """A --shape value: an int, a float or a bool as JSON reads it, else the word itself."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    return value if isinstance(value, (int, float, bool)) else text

@@ -6,20 +6,14 @@ the best configuration, and the CUDA compile-to-cubin check used where no GPU is
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
-from .targets import Target, cpu_threads
-
-# Before TVM's runtime starts its CPU thread pool (see ``targets.cpu_threads``); a user's own
-# TVM_NUM_THREADS is kept.
-os.environ.setdefault("TVM_NUM_THREADS", str(cpu_threads()))
-
-import tvm  # noqa: E402
-from tvm import s_tir, te  # noqa: E402
-
+from .targets import Target, import_tvm
 from .templates import for_workload
 from .workloads import Workload
+
+tvm = import_tvm()  # before TVM's runtime starts its CPU thread pool (``targets.cpu_threads``)
+from tvm import s_tir, te  # noqa: E402
 
 
 def for_host(target: Target) -> Target:

@@ -94,7 +94,7 @@ def prepare(workload: Workload, seed: int) -> Prepared:
     inputs, _ = _shapes(workload)
     if 4 * sum(math.prod(shape) for shape in inputs) > CACHE_LIMIT_BYTES:
         return _make(workload, seed)
-    key = hashlib.sha256(json.dumps([workload.family, workload.shape, seed, SAMPLES], sort_keys=True).encode())
+    key = hashlib.sha256(json.dumps([for_workload(workload).identity(workload), seed, SAMPLES]).encode())
     try:
         path = os.path.join(cache_folder(), key.hexdigest()[:24] + ".npz")
     except (OSError, RuntimeError):  # no cache folder of our own: make them each time

@@ -94,6 +94,15 @@ def cpu_threads() -> int:
         return os.cpu_count() or 1
 
 
+def import_tvm() -> Any:
+    """TVM, its CPU thread pool sized by ``cpu_threads`` first (a user's own TVM_NUM_THREADS is
+    kept): every module that loads TVM does so through this."""
+    os.environ.setdefault("TVM_NUM_THREADS", str(cpu_threads()))
+    import tvm
+
+    return tvm
+
+
 def cpu() -> Target:
     return Target("llvm")
 

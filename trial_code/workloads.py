@@ -6,11 +6,12 @@ ResNet-18 table (``R1``-``R12``, batch 1).
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-FAMILIES = ("matmul", "batch_matmul", "conv2d")
+FAMILIES = ("matmul", "batch_matmul", "conv2d", "operator")
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 """What a workload's (or a network's) name may be: it becomes a file name and a word of the trial
 command, so no path separators, no leading dot, nothing a shell reads."""
@@ -25,6 +26,8 @@ class Workload:
       letter T when A is stored K x N (transposed), second letter T when B is stored M x K.
     - conv2d (NCHW, direct): ``batch``, ``in_channels``, ``height``, ``width``, ``out_channels``,
       ``kernel_h``, ``kernel_w``, ``stride``, ``padding``.
+    - operator (a user's, ``trial_code.operators``): ``operator``, the ``module:function`` (or
+      ``module:Template``) spec, and the function's keyword arguments.
     """
 
     name: str
@@ -43,6 +46,8 @@ def make(family: str, name: str | None = None, **shape: Any) -> Workload:
     """Validate a shape for ``family`` and name it (by default from its numbers)."""
     if family not in FAMILIES:
         raise ValueError(f"workload family must be one of {FAMILIES}, got {family!r}")
+    if family == "operator":
+        return _operator(name, shape)
     if family in ("matmul", "batch_matmul"):
         shape.setdefault("batch", 1)
         shape.setdefault("layout", "NN")
@@ -71,6 +76,22 @@ def make(family: str, name: str | None = None, **shape: Any) -> Workload:
         name = f"{family}_" + "_".join(f"{k}{v}" for k, v in shape.items())
     check_name("workload", name)
     return Workload(name, family, dict(shape))
+
+
+def _operator(name: str | None, shape: dict[str, Any]) -> Workload:
+    """A user's operator: the spec and its arguments checked (nothing imported here); named by
+    default from the function and its arguments, shortened by a digest when too long."""
+    from .operators import check_arguments, check_spec
+
+    spec = check_spec(shape.get("operator"))
+    arguments = check_arguments({k: v for k, v in shape.items() if k != "operator"})
+    if name is None:
+        name = spec.rpartition(":")[2] + "".join(f"_{k}{v}" for k, v in arguments.items())
+        if not SAFE_NAME.fullmatch(name):
+            digest = hashlib.sha256(repr(sorted(arguments.items())).encode()).hexdigest()[:10]
+            name = f"{spec.rpartition(':')[2][:60]}_{digest}"
+    check_name("workload", name)
+    return Workload(name, "operator", {"operator": spec, **arguments})
 
 
 def check_name(what: str, name: str) -> str:
@@ -119,6 +140,12 @@ NAMED: dict[str, Workload] = {
     "C_small": make("conv2d", name="C_small", batch=1, in_channels=16, height=28, width=28, out_channels=32,
                     kernel_h=3, kernel_w=3, stride=1, padding=1),
 }
+
+
+def named_or_operator(name: str) -> Workload:
+    """A named workload, or a user's operator by its ``module:function`` spec at the function's
+    default shape (how the benchmark harness names the examples)."""
+    return make("operator", operator=name) if ":" in name else lookup(name)
 
 
 def lookup(name: str) -> Workload:

@@ -8,6 +8,7 @@ only, so the trial's parent process, the space generator and the tuner never loa
 """
 from __future__ import annotations
 
+import json
 import math
 from abc import ABC, abstractmethod
 from typing import Any
@@ -39,6 +40,11 @@ class Template(ABC):
     @abstractmethod
     def check(self, workload: Workload, params: dict[str, Any], target: Target) -> None:
         """Raise Infeasible, naming the parameter and the limit, if ``params`` cannot run on ``target``."""
+
+    def identity(self, workload: Workload) -> str:
+        """What the workload's inputs and reference depend on besides the seed: the key they
+        are cached under (``measure.prepare``)."""
+        return json.dumps([workload.family, workload.shape], sort_keys=True)
 
     @abstractmethod
     def flops(self, workload: Workload) -> float:

@@ -1,0 +1,143 @@
+"""Real operators written as TVM tensor expressions, each tuned by OpEvo through NNI:
+
+    nni-opevo launch --operator examples.operators:depthwise_conv2d --target cpu --trials 64
+
+(run from the repository root, or copy this file beside your experiment and name it
+``operators:...``). Each function takes its shape as keyword arguments and returns an
+``Operator``: the inputs and the output as ``te`` tensors, the floating-point operations of one
+run, a float64 NumPy reference the trials are checked against, and the library call a NumPy or
+PyTorch user would make instead, which the exported kernel is timed against (docs/your-operator.md).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from tvm import te, topi
+
+from trial_code.operators import Operator
+
+
+def matmul(n: int = 256, k: int = 256, m: int = 256) -> Operator:
+    """C = A B, the operator the built-in MatMul template also covers: the derived space is the
+    hand-written one's."""
+    a = te.placeholder((n, k), "float32", name="A")
+    b = te.placeholder((k, m), "float32", name="B")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    return Operator([a, b], c, flops=2 * n * m * k, reference=lambda a, b: a @ b,
+                    library=("NumPy", lambda a, b: lambda: np.matmul(a, b)))
+
+
+def depthwise_conv2d(batch: int = 1, channels: int = 64, height: int = 56, width: int = 56, kernel: int = 3,
+                     stride: int = 1) -> Operator:
+    """MobileNet's depthwise convolution (NCHW, one filter per channel, "same" padding): the
+    padding stage is inlined into the sum."""
+    pad = kernel // 2
+    x = te.placeholder((batch, channels, height, width), "float32", name="X")
+    w = te.placeholder((channels, 1, kernel, kernel), "float32", name="W")
+    padded = te.compute((batch, channels, height + 2 * pad, width + 2 * pad), lambda b, c, h, v: te.if_then_else(
+        te.all(h >= pad, h < height + pad, v >= pad, v < width + pad), x[b, c, h - pad, v - pad], 0.0), name="pad")
+    out_h, out_w = (height + 2 * pad - kernel) // stride + 1, (width + 2 * pad - kernel) // stride + 1
+    ry, rx = te.reduce_axis((0, kernel), name="ry"), te.reduce_axis((0, kernel), name="rx")
+    y = te.compute((batch, channels, out_h, out_w), lambda b, c, h, v: te.sum(
+        padded[b, c, h * stride + ry, v * stride + rx] * w[c, 0, ry, rx], axis=[ry, rx]), name="Y")
+
+    def reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+        out = np.zeros((batch, channels, out_h, out_w))
+        for dy in range(kernel):
+            for dx in range(kernel):
+                window = xp[:, :, dy:dy + stride * out_h:stride, dx:dx + stride * out_w:stride]
+                out += window * w[None, :, 0, dy, dx, None, None]
+        return out
+
+    def library(x: np.ndarray, w: np.ndarray) -> Callable[[], Any]:
+        torch = _torch()
+        tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+        return lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=pad, groups=channels)
+
+    return Operator([x, w], y, flops=2 * batch * channels * out_h * out_w * kernel * kernel, reference=reference,
+                    library=("PyTorch", library))
+
+
+def matmul_bias_gelu(n: int = 256, k: int = 512, m: int = 512) -> Operator:
+    """A transformer's feed-forward first half: GELU(A B + bias), the bias and the activation
+    fused into the product's tiles."""
+    a = te.placeholder((n, k), "float32", name="A")
+    b = te.placeholder((k, m), "float32", name="B")
+    bias = te.placeholder((m,), "float32", name="bias")
+    r = te.reduce_axis((0, k), name="k")
+    product = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="product")
+    y = te.compute((n, m), lambda i, j: _gelu(product[i, j] + bias[j]), name="Y")
+
+    def reference(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
+        from scipy.special import erf
+
+        z = a @ b + bias
+        return 0.5 * z * (1 + erf(z / math.sqrt(2)))
+
+    def library(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> Callable[[], Any]:
+        torch = _torch()
+        ta, tb, tbias = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(bias)
+        return lambda: torch.nn.functional.gelu(torch.addmm(tbias, ta, tb))
+
+    return Operator([a, b, bias], y, flops=2 * n * m * k + 8 * n * m, reference=reference,
+                    library=("PyTorch", library))
+
+
+def _gelu(z: te.Tensor) -> te.Tensor:
+    return 0.5 * z * (1.0 + te.erf(z * (1 / math.sqrt(2))))
+
+
+def softmax(rows: int = 1024, cols: int = 1024) -> Operator:
+    """Row-wise softmax, four stages (maximum, exponentials, their sum, the division): the
+    maximum and the exponentials are computed inside each tile of rows."""
+    x = te.placeholder((rows, cols), "float32", name="X")
+    y = topi.nn.softmax(x, axis=1)
+
+    def reference(x: np.ndarray) -> np.ndarray:
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    def library(x: np.ndarray) -> Callable[[], Any]:
+        torch = _torch()
+        tx = torch.from_numpy(x)
+        return lambda: torch.softmax(tx, dim=1)
+
+    return Operator([x], y, flops=4 * rows * cols, reference=reference, library=("PyTorch", library))
+
+
+def layer_norm(rows: int = 1024, cols: int = 768, epsilon: float = 1e-5) -> Operator:
+    """Layer normalization over the last axis with a learned scale and shift, as in transformers."""
+    x = te.placeholder((rows, cols), "float32", name="X")
+    gamma = te.placeholder((cols,), "float32", name="gamma")
+    beta = te.placeholder((cols,), "float32", name="beta")
+    j = te.reduce_axis((0, cols), name="j")
+    mean = te.compute((rows,), lambda i: te.sum(x[i, j] / cols, axis=j), name="mean")
+    j2 = te.reduce_axis((0, cols), name="j2")
+    variance = te.compute((rows,), lambda i: te.sum(te.power(x[i, j2] - mean[i], 2.0) / cols, axis=j2),
+                          name="variance")
+    y = te.compute((rows, cols), lambda i, c: (x[i, c] - mean[i]) * te.rsqrt(variance[i] + epsilon) * gamma[c]
+                   + beta[c], name="Y")
+
+    def reference(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarray:
+        centred = x - x.mean(axis=1, keepdims=True)
+        return centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + epsilon) * gamma + beta
+
+    def library(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> Callable[[], Any]:
+        torch = _torch()
+        tx, tg, tb = torch.from_numpy(x), torch.from_numpy(gamma), torch.from_numpy(beta)
+        return lambda: torch.nn.functional.layer_norm(tx, (cols,), tg, tb, epsilon)
+
+    return Operator([x, gamma, beta], y, flops=8 * rows * cols, reference=reference, library=("PyTorch", library))
+
+
+def _torch() -> Any:
+    """PyTorch on the CPU, as a NumPy user would call it (ImportError where it is not installed:
+    the kernel then has no library to be timed against)."""
+    import torch
+
+    return torch

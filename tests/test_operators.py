@@ -1,0 +1,256 @@
+"""A user's own operator (``trial_code.operators``): the template derived from its computation
+builds, runs and matches the reference on the CPU and compiles for the GPU; the derived MatMul is
+the hand-written template's loop nest; a malformed module is one line; and every example is
+tuned end to end under nnictl, exported and loaded."""
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from nni_experiment import free_port
+
+from nni_opevo_tools import best as best_json
+from nni_opevo_tools import launch
+from nni_opevo_tools.experiment_client import NNICTL, created_id
+from trial_code import constraint, kernel, targets, workloads
+from trial_code.evaluate import Limits, evaluate
+from trial_code.templates import DerivedTemplate, for_workload
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "nni_opevo_tools.console"]
+H100 = targets.Target("cuda", device="cuda-none", has_device=False, **targets.H100)
+SMALL = {  # each example at a shape whose trials take a fraction of a second
+    "matmul": {"n": 64, "k": 64, "m": 64},
+    "depthwise_conv2d": {"channels": 8, "height": 16, "width": 16},
+    "matmul_bias_gelu": {"n": 32, "k": 64, "m": 64},
+    "softmax": {"rows": 64, "cols": 128},
+    "layer_norm": {"rows": 64, "cols": 96},
+}
+
+
+def _example(name: str, **shape) -> workloads.Workload:
+    return workloads.make("operator", operator=f"examples.operators:{name}", **(shape or SMALL[name]))
+
+
+@pytest.fixture(autouse=True)
+def _repository_root(monkeypatch):
+    monkeypatch.chdir(ROOT)  # `examples` is imported from the folder the experiment runs in
+
+
+def test_the_derived_matmul_is_the_hand_written_templates_loop_nest():
+    """The same 256^3 MatMul through the built-in template and through the example's computation:
+    the spaces match knob for knob, and every configuration gives the same scheduled TIR."""
+    import tvm_ffi
+
+    built_in, derived = workloads.lookup("MM_small"), _example("matmul", n=256, k=256, m=256)
+    names = {"tile_n": "tile_i", "tile_m": "tile_j", "tile_k": "tile_k", "block_order": "order"}
+    axes = {"n": "i", "m": "j", "k": "k"}
+    written, found = for_workload(built_in).space(built_in, "cpu"), for_workload(derived).space(derived, "cpu")
+    assert {names[k]: v["_value"] if v["_type"] == "factor" else sorted(axes[x] for x in v["_value"])
+            for k, v in written.items()} == {k: v["_value"] if v["_type"] == "factor" else sorted(v["_value"])
+                                             for k, v in found.items()}
+    cpu = targets.cpu()
+    for seed in range(12):
+        params, _ = constraint.draw(built_in, cpu, seed)
+        mapped = {names[k]: [axes[x] for x in v] if k == "block_order" else v for k, v in params.items()}
+        assert tvm_ffi.structural_equal(kernel.scheduled(built_in, params, cpu), kernel.scheduled(derived, mapped, cpu),
+                                        map_free_vars=True), params
+
+
+@pytest.mark.slow(seconds=10)
+@pytest.mark.parametrize("name", list(SMALL))
+def test_each_example_builds_runs_and_matches_its_reference_on_the_cpu(name):
+    workload = _example(name)
+    cpu = targets.cpu()
+    for seed in range(2):
+        params, _ = constraint.draw(workload, cpu, seed)
+        result = evaluate(workload, params, cpu, Limits(repeat=2, min_repeat_ms=5))
+        assert result.status.name == "NO_ERROR" and result.tflops > 0, (params, result.error)
+
+
+def test_the_guides_operator_tunes_as_written(tmp_path, monkeypatch):
+    """docs/your-operator.md's module, copied as it stands: a configuration of its derived space
+    builds, runs and matches its reference."""
+    page = (ROOT / "docs" / "your-operator.md").read_text()
+    (tmp_path / "myops.py").write_text(page.split("```python\n", 1)[1].split("```", 1)[0])
+    monkeypatch.chdir(tmp_path)
+    workload = workloads.make("operator", operator="myops:depthwise", channels=8, height=12, width=12)
+    params, _ = constraint.draw(workload, targets.cpu(), 0)
+    result = evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1))
+    assert result.status.name == "NO_ERROR", result.error
+
+
+def test_a_kernel_that_disagrees_with_the_reference_fails_as_a_wrong_answer(tmp_path, monkeypatch):
+    """Trials are checked against the operator's reference, not against themselves: a
+    computation whose reference says otherwise fails every trial, naming the element."""
+    (tmp_path / "disagrees.py").write_text(textwrap.dedent("""
+        from tvm import te
+        from trial_code.operators import Operator
+        def double(n=256):
+            x = te.placeholder((n,), "float32", name="X")
+            return Operator([x], te.compute((n,), lambda i: x[i] * 2, name="Y"), flops=n,
+                            reference=lambda x: x * 3)
+    """))
+    monkeypatch.chdir(tmp_path)
+    workload = workloads.make("operator", operator="disagrees:double")
+    params, _ = constraint.draw(workload, targets.cpu(), 0)
+    result = evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1))
+    assert result.status.name == "WRONG_ANSWER" and "reference" in result.error
+
+
+@pytest.mark.slow(seconds=40)
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
+@pytest.mark.parametrize("name", list(SMALL))
+def test_each_examples_cuda_space_compiles_without_local_memory(name, tmp_path):
+    """Two admitted configurations of each example's CUDA space (one staging its inputs in shared
+    memory, where it reduces), built by TVM and compiled by nvcc: no spills, no stack frame."""
+    workload = _example(name)
+    template = for_workload(workload)
+    for seed, shared in ((0, 1), (1, 0)):
+        params = None
+        for attempt in range(50):
+            drawn, _ = constraint.draw(workload, H100, 100 * seed + attempt)
+            if drawn.get("shared", shared) == shared:
+                params = drawn
+                break
+        assert params is not None
+        template.check(workload, params, H100)
+        source = kernel.source(kernel.build(kernel.scheduled(workload, params, H100), H100), H100)
+        cu = tmp_path / "kernel.cu"
+        cu.write_text(source)
+        report = subprocess.run(["nvcc", "-cubin", f"-arch={H100.arch}", "-Xptxas", "-v", "-o",
+                                 str(tmp_path / "kernel.cubin"), str(cu)], capture_output=True, text=True,
+                                check=True).stderr
+        spills = [int(b) for b in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)]
+        frames = [int(b) for b in re.findall(r"(\d+) bytes stack frame", report)]
+        assert spills and not any(spills) and not any(frames), (params, report)
+        if shared and template.structure(workload).reductions:
+            assert "__shared__" in source, params
+
+
+# -- malformed operators: one line each, before anything is built -------------------------------------
+MODULES = {
+    "raises_on_import": "raise RuntimeError('boom at import')\n",
+    "no_compute": "def op(n=4):\n    return None\n",
+    "placeholder_output": textwrap.dedent("""
+        from tvm import te
+        from trial_code.operators import Operator
+        def op(n=4):
+            x = te.placeholder((n,), "float32", name="X")
+            return Operator([x], x, flops=n)
+    """),
+    "float64": textwrap.dedent("""
+        from tvm import te
+        from trial_code.operators import Operator
+        def op(n=4):
+            x = te.placeholder((n,), "float64", name="X")
+            return Operator([x], te.compute((n,), lambda i: x[i] * 2, name="Y"), flops=n)
+    """),
+    "huge": textwrap.dedent("""
+        from tvm import te
+        from trial_code.operators import Operator
+        def op(n=4):
+            x = te.placeholder((n, n), "float32", name="X")
+            return Operator([x], te.compute((n, n), lambda i, j: x[j, i], name="Y"), flops=n * n)
+    """),
+}
+CASES = [
+    ("../evil:op", {}, "must be module:name"),
+    ("raises_on_import:op", {}, "importing raises_on_import failed (RuntimeError: boom at import)"),
+    ("no_compute:nope", {}, "module no_compute has no 'nope'"),
+    ("no_compute:op", {}, "returned NoneType, not trial_code.operators.Operator"),
+    ("no_compute:op", {"bogus": 3}, "the shape arguments ['bogus'] do not fit its parameters"),
+    ("placeholder_output:op", {}, "the output must be a te.compute, not an input"),
+    ("float64:op", {}, "tensor X is float64; only float32 tensors are supported"),
+    ("huge:op", {"n": 40000}, "its inputs and output take 11.9 GiB; at most 4 GiB"),
+]
+
+
+@pytest.mark.parametrize("spec, shape, message", CASES, ids=[c[0] + str(len(c[1])) for c in CASES])
+def test_a_malformed_operator_is_refused_in_one_line(tmp_path, monkeypatch, spec, shape, message):
+    for name, text in MODULES.items():
+        (tmp_path / f"{name}.py").write_text(text)
+        sys.modules.pop(name, None)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    with pytest.raises(SystemExit) as refused:
+        launch.main(["--operator", spec, "--target", "cpu", *(["--shape", *(f"{k}={v}" for k, v in shape.items())]
+                                                               if shape else [])])
+    text = str(refused.value)
+    assert message in text and "\n" not in text and text.startswith("cannot generate the experiment: ")
+    assert not (tmp_path / "experiments").exists()
+
+
+def test_the_launcher_refuses_a_broken_operator_without_a_traceback(tmp_path):
+    (tmp_path / "broken.py").write_text("import not_a_module_anywhere\n")
+    found = subprocess.run([*CLI, "launch", "--operator", "broken:op", "--target", "cpu"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert found.returncode == 1 and "Traceback" not in found.stderr
+    assert found.stderr.strip() == ("cannot generate the experiment: operator broken:op: importing broken failed "
+                                    "(ModuleNotFoundError: No module named 'not_a_module_anywhere')")
+
+
+def test_an_operator_workload_travels_in_the_trial_command_and_back():
+    workload = _example("softmax")
+    assert workload.name == "softmax_rows64_cols128" and DerivedTemplate is type(for_workload(workload))
+    assert workloads.Workload.from_json(workload.to_json()) == workload
+    with pytest.raises(ValueError, match="must be a finite number"):
+        workloads.make("operator", operator="examples.operators:softmax", rows=float("nan"))
+
+
+# -- every example end to end under nnictl ---------------------------------------------------------------
+@pytest.mark.slow(seconds=150)
+def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
+    """``nni-opevo launch --operator myops:NAME --shape ... --target cpu`` for each example, from a
+    folder holding only the operators' module (as docs/your-operator.md does it), run together:
+    each experiment ends, its winner is re-measured and exported, and its library, loaded by
+    ``load_kernel``, computes what the example's reference computes."""
+    shutil.copy(ROOT / "examples" / "operators.py", tmp_path / "myops.py")
+    env = {**os.environ, "HOME": str(tmp_path), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+
+    def tune(name: str) -> tuple[str, subprocess.CompletedProcess]:
+        shape = [f"{k}={v}" for k, v in SMALL[name].items()]
+        out = subprocess.run([*CLI, "launch", "--operator", f"myops:{name}", "--shape", *shape, "--target", "cpu",
+                              "--trials", "3", "--port", str(free_port()), "--every", "2", "--top-k", "1"],
+                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+        return name, out
+
+    with ThreadPoolExecutor(len(SMALL)) as pool:
+        runs = list(pool.map(tune, SMALL))
+    experiments = [created_id(out.stdout.replace("experiment ", "nnictl stop ", 1)) for _, out in runs]
+    sys.path.insert(0, str(tmp_path))
+    try:
+        myops = importlib.import_module("myops")
+        for (name, out), experiment in zip(runs, experiments):
+            assert out.returncode == 0, out.stdout + out.stderr
+            assert "a first configuration built and matched its reference" in out.stdout
+            folder = tmp_path / "nni-experiments" / str(experiment) / "export"
+            best = best_json.read(str(folder / "best.json"))
+            assert best.workload["shape"]["operator"] == f"myops:{name}" and best.remeasured is not None
+            cwd = os.getcwd()
+            os.chdir(tmp_path)
+            try:
+                loaded = best_json.load_kernel(str(folder))
+            finally:
+                os.chdir(cwd)
+            op = getattr(myops, name)(**SMALL[name])
+            rng = np.random.default_rng(1)
+            inputs = [rng.random(tuple(int(d) for d in t.shape), dtype=np.float32) for t in op.inputs]
+            expected = op.reference(*(x.astype(np.float64) for x in inputs))
+            np.testing.assert_allclose(loaded(*inputs), expected, rtol=1e-3, atol=1e-4)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("myops", None)
+        for experiment in experiments:
+            if experiment:
+                subprocess.run([*NNICTL, "stop", experiment], env=env, capture_output=True, timeout=120)

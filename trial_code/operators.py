@@ -1,0 +1,149 @@
+"""A user's own operator: a TVM tensor-expression computation, tuned like the built-in families.
+
+A module of the user's declares a function that takes the shape as keyword arguments and
+returns an ``Operator``: the computation's input and output tensors (``tvm.te``, float32), its
+floating-point operations, and optionally a NumPy reference::
+
+    # myops.py
+    from tvm import te
+    from trial_code.operators import Operator
+
+    def scale_rows(rows=1024, cols=1024):
+        x = te.placeholder((rows, cols), "float32", name="X")
+        s = te.placeholder((rows,), "float32", name="S")
+        y = te.compute((rows, cols), lambda i, j: x[i, j] * s[i], name="Y")
+        return Operator([x, s], y, flops=rows * cols, reference=lambda x, s: x * s[:, None],
+                        library=("NumPy", lambda x, s: lambda: np.multiply(x, s[:, None])))
+
+``nni-opevo launch --operator myops:scale_rows --shape rows=2048 cols=512`` then derives the
+template and its search space from the computation (``templates.derived``), runs OpEvo and
+exports the best kernel. A module may instead name a ``templates.Template`` subclass: a
+hand-written template (its own space, check, compute, schedule and reference), the interface
+the built-in MatMul, BatchMatMul and Conv2D templates implement (docs/your-operator.md).
+
+The spec ``module:attribute`` is checked against ``SPEC`` before anything is imported; the
+module is imported from the installed packages or the current folder (where the experiment
+runs its trials), and every way it can fail is one ``ValueError`` line naming the spec.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+SPEC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
+"""``package.module:name``: dotted identifiers, nothing a path or a shell could read otherwise."""
+ARGUMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+"""An operator's shape argument name."""
+MAX_ARGUMENTS = 16
+
+
+@dataclass
+class Operator:
+    """A computation to tune. ``inputs`` and ``output`` are ``tvm.te`` tensors (float32); the
+    kernel takes the inputs in that order and writes the output. ``flops`` counts one run's
+    floating-point operations (a multiply-add is 2): TFLOPS are reported from it. ``reference``,
+    when given, computes the output in float64 from float64 NumPy copies of the inputs; without
+    it, trials are checked against TVM's untransformed loop nest on the CPU. ``library``, when
+    given, names what a user would call instead on the CPU (NumPy, PyTorch) and a function that
+    takes the inputs (float32 NumPy arrays) and returns a call of it without arguments, its
+    conversions done once: the export times the tuned kernel against that call (``anchor``); a
+    function that raises ImportError means the library is not installed here."""
+
+    inputs: list[Any]
+    output: Any
+    flops: float
+    reference: Callable[..., Any] | None = None
+    library: tuple[str, Callable[..., Callable[[], Any]]] | None = None
+
+
+def check_spec(spec: Any) -> str:
+    """``spec`` when it is ``module:attribute`` (``SPEC``), else ValueError saying the rule."""
+    if not isinstance(spec, str) or len(spec) > 200 or not SPEC.fullmatch(spec):
+        raise ValueError(f"operator {spec!r} must be module:name, e.g. myops:depthwise (dotted identifiers only)")
+    return spec
+
+
+def check_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The shape's keyword arguments: at most ``MAX_ARGUMENTS`` identifiers with int, float, bool
+    or short word values (they travel in trial commands and file names)."""
+    if len(arguments) > MAX_ARGUMENTS:
+        raise ValueError(f"an operator takes at most {MAX_ARGUMENTS} shape arguments, got {len(arguments)}")
+    for key, value in arguments.items():
+        if not ARGUMENT.fullmatch(key):
+            raise ValueError(f"operator shape argument {key!r} must be an identifier of at most 40 characters")
+        if isinstance(value, str):
+            if not re.fullmatch(r"[A-Za-z0-9_.+-]{1,40}", value):
+                raise ValueError(f"operator shape argument {key}={value!r}: a word of letters, digits, '_', '.', "
+                                 "'+', '-' (at most 40)")
+        elif not isinstance(value, (int, float, bool)) or (isinstance(value, float) and not math.isfinite(value)):
+            raise ValueError(f"operator shape argument {key}={value!r} must be a finite number, a bool or a word")
+    return arguments
+
+
+def resolve(spec: str) -> Any:
+    """The attribute ``spec`` names, imported; ValueError with one line for each way it fails."""
+    module_name, _, attribute = check_spec(spec).partition(":")
+    here = os.getcwd()
+    if here not in sys.path:  # as `python -m` does: a module beside the experiment is found
+        sys.path.append(here)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # whatever the user's module raises is one line, not a traceback
+        raise ValueError(f"operator {spec}: importing {module_name} failed ({type(e).__name__}: {e})") from None
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ValueError(f"operator {spec}: module {module_name} has no {attribute!r}") from None
+
+
+def call(spec: str, arguments: dict[str, Any]) -> Operator:
+    """The ``Operator`` the function ``spec`` names returns for ``arguments``, checked."""
+    function = resolve(spec)
+    if not callable(function) or inspect.isclass(function):
+        raise ValueError(f"operator {spec}: {spec.partition(':')[2]} is not a function returning an Operator")
+    try:
+        found = function(**arguments)
+    except TypeError as e:
+        if "argument" in str(e):
+            raise ValueError(f"operator {spec}: the shape arguments {sorted(arguments)} do not fit its "
+                             f"parameters ({e})") from None
+        raise ValueError(f"operator {spec} raised TypeError: {e}") from None
+    except Exception as e:
+        raise ValueError(f"operator {spec} raised {type(e).__name__}: {e}") from None
+    if not isinstance(found, Operator):
+        raise ValueError(f"operator {spec} returned {type(found).__name__}, not trial_code.operators.Operator")
+    _check_operator(spec, found)
+    return found
+
+
+def _check_operator(spec: str, op: Operator) -> None:
+    from tvm import te
+
+    tensors = [*op.inputs, op.output] if isinstance(op.inputs, (list, tuple)) else []
+    if not op.inputs or not all(isinstance(t, te.Tensor) for t in tensors):
+        raise ValueError(f"operator {spec}: inputs must be a non-empty list of te tensors and output a te tensor")
+    if any(not isinstance(t.op, te.PlaceholderOp) for t in op.inputs):
+        raise ValueError(f"operator {spec}: every input must be a te.placeholder")
+    if not isinstance(op.output.op, te.ComputeOp):
+        raise ValueError(f"operator {spec}: the output must be a te.compute, not an input")
+    for tensor in tensors:
+        if tensor.dtype != "float32":
+            raise ValueError(f"operator {spec}: tensor {tensor.op.name} is {tensor.dtype}; only float32 tensors "
+                             "are supported")
+        if not all(isinstance(d, int) or hasattr(d, "value") for d in tensor.shape):
+            raise ValueError(f"operator {spec}: tensor {tensor.op.name} has a symbolic shape; give every "
+                             "extent as a number")
+    if not isinstance(op.flops, (int, float)) or isinstance(op.flops, bool) or not op.flops > 0:
+        raise ValueError(f"operator {spec}: flops must be a positive number, got {op.flops!r}")
+    if op.reference is not None and not callable(op.reference):
+        raise ValueError(f"operator {spec}: reference must be a function of the inputs (NumPy arrays)")
+    if op.library is not None and not (isinstance(op.library, tuple) and len(op.library) == 2
+                                       and isinstance(op.library[0], str) and callable(op.library[1])):
+        raise ValueError(f"operator {spec}: library must be (name, function of the inputs returning a call)")

@@ -1,0 +1,564 @@
+"""The template of a user's computation, derived from its tensor expression (``operators``).
+
+The computation's stages become one loop nest to tile. Element-wise stages (padding, bias,
+activations, casts of layout) are inlined into the stages that read them. What remains is the
+*main* stage, the last reduction (a MatMul's product, a convolution's sum, softmax's sum of
+exponentials), or the output when nothing reduces; stages after it (an epilogue that could not
+be inlined, a normalization's division) are computed inside its tiles from the values they
+produced there, and reductions before it (softmax's maximum, a layer norm's mean) are computed
+inside its outermost tiles for the rows those tiles need.
+
+The main stage's axes give the search space, in the shape of the built-in GEMM and Conv2D spaces:
+
+- CPU: each spatial axis split in 3 (parallel, cache block, register tile) and each reduction
+  axis in 2 (cache block, inner) as ``tile_<axis>`` factors; ``order`` permutes the cache-block
+  loops. The register tile's last axis is vectorized, the others unrolled, and it accumulates in
+  a buffer of its own at the innermost cache-block loop above the first reduction (the stages
+  after the main one take its place when there are any). For a MatMul this is the hand-written
+  GEMM template's loop nest exactly (``tests/test_operators.py``).
+- CUDA: each spatial axis split in 4 (blocks, virtual threads, threads, per-thread tile) and
+  each reduction axis in 3 (shared-memory stage, register stage, inner); ``inner_order``
+  permutes the per-thread loops, ``shared`` stages the inputs' tiles in shared memory filled by
+  all the block's threads, ``unroll`` is TVM's explicit unroll limit. Accumulators live in
+  registers; the static check bounds threads, virtual threads, shared memory (each input's
+  footprint from its affine index expressions) and registers.
+
+Everything is read from the computation with TVM, once per workload and process (``structure``):
+the tuner's constraint loads TVM for an operator of the user's, unlike the built-in families.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..targets import MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK, Target, import_tvm
+from ..workloads import Workload
+from .base import (
+    Infeasible,
+    Template,
+    check_cpu_unroll,
+    check_cpu_vector,
+    check_gpu_launch,
+    factors,
+    loops_below,
+    one_of,
+    order,
+)
+
+UNROLL_STEPS = (0, 16, 64, 512)
+MAX_AXES = 8
+"""Axes of the main stage at most: ``order`` permutes them all (8! = 40,320 orders)."""
+MAX_BYTES = 4 << 30
+"""The inputs and output together at most: a trial allocates them on the host and the device."""
+REGISTER_OVERHEAD = 40
+"""Registers a CUDA thread needs besides its accumulators (addresses, loop counters)."""
+SPATIAL, REDUCE = 0, 2
+"""TIR's iteration types (``IterVar.iter_type``) of a block's axes."""
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    """The parameter-safe name (``tile_<name>``), from the computation's own axis name."""
+    extent: int
+    reduction: bool
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """How the main stage reads one input: per dimension, the coefficient of each main axis in
+    the index (None: not affine, the whole dimension is read by any tile)."""
+
+    name: str
+    shape: tuple[int, ...]
+    coefficients: tuple[tuple[int, ...] | None, ...]
+
+    def elements(self, extents: list[int]) -> int:
+        """Elements of this input a tile of ``extents`` (one per main axis) reads."""
+        total = 1
+        for size, row in zip(self.shape, self.coefficients):
+            reach = size if row is None else sum(abs(c) * (e - 1) for c, e in zip(row, extents)) + 1
+            total *= min(size, reach)
+        return total
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What the schedule and the check need of a computation, read once with TVM."""
+
+    axes: tuple[Axis, ...]
+    inputs: tuple[Footprint, ...]
+    identity: str
+    """A digest of the computation (its TIR) and its reference's source: the inputs' cache key."""
+
+    @property
+    def spatial(self) -> list[Axis]:
+        return [a for a in self.axes if not a.reduction]
+
+    @property
+    def reductions(self) -> list[Axis]:
+        return [a for a in self.axes if a.reduction]
+
+
+class DerivedTemplate(Template):
+    """The template of the operator function ``spec`` (``operators.call``); the workload's shape
+    holds ``operator`` (the spec) and the function's keyword arguments."""
+
+    families = ("operator",)
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+
+    # -- what the computation is ---------------------------------------------------------------
+    def operator(self, workload: Workload) -> Any:
+        return _operator(self.spec, _arguments(workload))
+
+    def structure(self, workload: Workload) -> Structure:
+        return _structure(self.spec, _arguments(workload))
+
+    def identity(self, workload: Workload) -> str:
+        return self.structure(workload).identity
+
+    def flops(self, workload: Workload) -> float:
+        return float(self.operator(workload).flops)
+
+    def compute(self, workload: Workload, split: int = 1) -> list[Any]:
+        op = self.operator(workload)
+        return [*op.inputs, op.output]
+
+    # -- the space and the check -----------------------------------------------------------------
+    def space(self, workload: Workload, target_kind: str) -> dict[str, Any]:
+        found = self.structure(workload)
+        cuda = target_kind == "cuda"
+        space: dict[str, Any] = {
+            f"tile_{a.name}": {"_type": "factor", "_value": [a.extent, (3 if cuda else 2) if a.reduction
+                                                              else (4 if cuda else 3)]}
+            for a in found.axes}
+        names = [a.name for a in found.axes]
+        if not cuda:
+            return {**space, "order": {"_type": "perm", "_value": names}}
+        space["inner_order"] = {"_type": "perm", "_value": names}
+        space["unroll"] = {"_type": "discrete", "_value": list(UNROLL_STEPS)}
+        if found.reductions:
+            space["shared"] = {"_type": "choice", "_value": [0, 1]}
+        return space
+
+    def check(self, workload: Workload, params: dict[str, Any], target: Target) -> None:
+        found = self.structure(workload)
+        cuda = target.kind == "cuda"
+        tiles = {a.name: factors(params, f"tile_{a.name}", a.extent,
+                                 (3 if cuda else 2) if a.reduction else (4 if cuda else 3)) for a in found.axes}
+        names = [a.name for a in found.axes]
+        spatial = [a.name for a in found.spatial]
+        if not cuda:
+            order(params, "order", names)
+            if spatial:
+                check_cpu_vector(f"tile_{spatial[-1]}", tiles[spatial[-1]][2])
+                check_cpu_unroll("the register tile of the other spatial axes",
+                                 math.prod(tiles[name][2] for name in spatial[:-1]))
+            return
+        order(params, "inner_order", names)
+        one_of(params, "unroll", UNROLL_STEPS)
+        shared = one_of(params, "shared", (0, 1)) if found.reductions else 0
+        threads = math.prod(tiles[name][2] for name in spatial)
+        vthreads = math.prod(tiles[name][1] for name in spatial)
+        extents = [math.prod(tiles[a.name][1:]) for a in found.axes]  # a block's tile, one reduction stage
+        shared_bytes = 4 * sum(f.elements(extents) for f in found.inputs) if shared else 0
+        check_gpu_launch(target, [threads], vthreads, shared_bytes, [])
+        accumulators = math.prod(tiles[name][1] * tiles[name][3] for name in spatial) if found.reductions else 0
+        if accumulators:
+            if accumulators + REGISTER_OVERHEAD > min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK // threads):
+                raise Infeasible(f"estimated registers per thread {accumulators + REGISTER_OVERHEAD} exceeds the "
+                                 f"limit {min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK // threads)}")
+
+    # -- the schedule ------------------------------------------------------------------------------
+    def schedule(self, sch: Any, workload: Workload, params: dict[str, Any], target: Target) -> None:
+        found = self.structure(workload)
+        stages = _stages(sch, keep_input_stages=target.kind == "cuda" and bool(params.get("shared")))
+        if target.kind == "cuda":
+            _schedule_cuda(sch, stages, found, params)
+        else:
+            _schedule_cpu(sch, stages, found, params)
+
+    # -- the reference -----------------------------------------------------------------------------
+    def reference(self, workload: Workload, inputs: list[np.ndarray], index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The output at ``index`` from the operator's reference in float64 (or TVM's unscheduled
+        loop nest on the CPU); the tolerance scale is each value's size plus the output's root
+        mean square, as a sum's rounding error follows its terms and not its (possibly cancelled) total."""
+        op = self.operator(workload)
+        if op.reference is not None:
+            full = np.asarray(op.reference(*(x.astype(np.float64) for x in inputs)), dtype=np.float64)
+            expected_shape = tuple(int(d) for d in op.output.shape)
+            if full.shape != expected_shape:
+                raise ValueError(f"operator {self.spec}: its reference returned shape {full.shape}, "
+                                 f"the output is {expected_shape}")
+        else:
+            full = _unscheduled(self.compute(workload), inputs)
+        expected = full[tuple(index.T)]
+        scale = float(np.sqrt(np.mean(np.square(full)))) if full.size else 0.0
+        return expected, np.abs(expected) + scale
+
+
+def _arguments(workload: Workload) -> dict[str, Any]:
+    return {k: v for k, v in workload.shape.items() if k != "operator"}
+
+
+@functools.cache
+def _operator_cached(spec: str, key: tuple) -> Any:
+    from .. import operators
+
+    return operators.call(spec, dict(key))
+
+
+def _operator(spec: str, arguments: dict[str, Any]) -> Any:
+    import_tvm()
+    return _operator_cached(spec, tuple(sorted(arguments.items())))
+
+
+def _structure(spec: str, arguments: dict[str, Any]) -> Structure:
+    return _structure_cached(spec, tuple(sorted(arguments.items())))
+
+
+@functools.cache
+def _structure_cached(spec: str, key: tuple) -> Structure:
+    """The main stage's axes and input footprints; ValueError naming what is not supported."""
+    tvm = import_tvm()
+    from tvm import s_tir, te, tirx
+    from tvm.sym.pattern import detect_linear_equation
+
+    op = _operator(spec, dict(key))
+    tensors = [*op.inputs, op.output]
+    size = sum(4 * math.prod(int(d) for d in t.shape) for t in tensors)
+    if size > MAX_BYTES:
+        raise ValueError(f"operator {spec}: its inputs and output take {size / 2**30:.1f} GiB; at most "
+                         f"{MAX_BYTES / 2**30:.0f} GiB")
+    try:
+        function = te.create_prim_func(tensors)
+    except Exception as e:
+        raise ValueError(f"operator {spec}: TVM cannot make a function of it ({type(e).__name__}: "
+                         f"{str(e).strip().splitlines()[-1]})") from None
+    sch = s_tir.Schedule(tvm.IRModule({"main": function}))
+    stages = _stages(sch)
+    block = sch.get(stages.main)
+    if len(block.iter_vars) > MAX_AXES:
+        raise ValueError(f"operator {spec}: its main stage {block.name_hint} has {len(block.iter_vars)} axes; "
+                         f"at most {MAX_AXES} are supported")
+    if any(int(iv.iter_type) not in (SPATIAL, REDUCE) for iv in block.iter_vars):
+        raise ValueError(f"operator {spec}: stage {block.name_hint} has an axis that is neither spatial nor a "
+                         "reduction (a scan or an opaque loop): not supported")
+    axes, seen = [], set()
+    for position, iv in enumerate(block.iter_vars):
+        name = _safe(iv.var.name.removeprefix("v_"), position, seen)
+        seen.add(name)
+        axes.append(Axis(name, int(iv.dom.extent), int(iv.iter_type) == REDUCE))
+    if not any(not a.reduction for a in axes):
+        raise ValueError(f"operator {spec}: its main stage {block.name_hint} reduces to a single value; "
+                         "a stage with no spatial axis is not supported")
+    variables = [iv.var for iv in block.iter_vars]
+    params = {t.op.name for t in op.inputs}
+    footprints: dict[str, Footprint] = {}
+    for region in block.reads:  # each read as TVM infers it: per dimension, where it starts and its extent
+        buffer = region.source
+        if buffer.name not in params or buffer.name in footprints:
+            continue
+        rows = []
+        for dimension in region.region:
+            found = detect_linear_equation(dimension.min, variables)
+            point = isinstance(dimension.extent, tirx.IntImm) and int(dimension.extent) == 1
+            affine = len(found) == len(variables) + 1 and all(isinstance(c, tirx.IntImm) for c in found[:-1])
+            rows.append(tuple(int(c) for c in found[:-1]) if point and affine else None)
+        footprints[buffer.name] = Footprint(buffer.name, tuple(int(d) for d in buffer.shape), tuple(rows))
+    reference = op.reference
+    try:
+        reference_source = inspect.getsource(reference) if reference is not None else ""
+    except (OSError, TypeError):
+        reference_source = repr(reference)
+    identity = hashlib.sha256((function.script() + reference_source).encode()).hexdigest()[:24]
+    return Structure(tuple(axes), tuple(footprints.values()), identity)
+
+
+def _safe(name: str, position: int, seen: set[str]) -> str:
+    """An axis name fit for a parameter name, unique in its stage."""
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)[:20] or f"axis{position}"
+    return cleaned if cleaned not in seen else f"{cleaned}{position}"
+
+
+@dataclass
+class _Stages:
+    main: Any
+    before: list[Any]
+    """Stages before the main one that could not be inlined (reductions), in order."""
+    after: list[Any]
+    """Stages after it (they read what it produced), in order; the last is the output."""
+    kept: list[Any]
+    """Element-wise stages reading only inputs that feed the main one, kept for its shared-memory
+    copies to absorb (a convolution's padding): inlined into the main stage instead, their
+    guard would leave TVM unable to bound the copy's footprint."""
+
+
+def _stages(sch: Any, keep_input_stages: bool = False) -> _Stages:
+    """Inline every element-wise stage that is not the output (but, with ``keep_input_stages``,
+    those that ``_Stages.kept`` describes), then name the main stage."""
+    root = sch.get_sblock("root")
+    blocks = list(sch.get_child_blocks(root))
+    reducing = [b for b in blocks if any(int(iv.iter_type) == REDUCE for iv in sch.get(b).iter_vars)]
+    main = reducing[-1] if reducing else blocks[-1]
+    kept = []
+    for block in blocks[:-1]:
+        if block.same_as(main) or any(int(iv.iter_type) == REDUCE for iv in sch.get(block).iter_vars):
+            continue
+        if keep_input_stages and not sch.get_producers(block) and \
+                [sch.get(c).name_hint for c in sch.get_consumers(block)] == [sch.get(main).name_hint]:
+            kept.append(block)
+            continue
+        try:
+            sch.compute_inline(block)
+        except Exception:  # noqa: BLE001 (TVM's ScheduleError: the stage stays a stage of its own)
+            pass
+    blocks = list(sch.get_child_blocks(root))
+    names = [sch.get(b).name_hint for b in blocks]
+    at = names.index(sch.get(main).name_hint)
+    kept_names = {sch.get(b).name_hint for b in kept}
+    return _Stages(main, [b for b in blocks[:at] if names[blocks.index(b)] not in kept_names], blocks[at + 1:], kept)
+
+
+def _move_before(sch: Any, stages: _Stages, loop: Any, scope: str | None) -> None:
+    """The stages before the main one computed under ``loop`` (for the region its iterations
+    need), in ``scope``; one that cannot be stays where it is, whole (``_leftover``)."""
+    for block in reversed(stages.before):
+        try:
+            sch.compute_at(block, loop)
+            if scope:
+                sch.set_scope(block, 0, scope)
+        except Exception:  # noqa: BLE001 (TVM's ScheduleError)
+            _leftover(sch, block, scope is not None)
+
+
+def _leftover(sch: Any, block: Any, cuda: bool) -> None:
+    """A stage left at the top: its leading spatial loops in parallel (CPU) or over the GPU's threads."""
+    loops = sch.get_loops(block)
+    spatial = [loop for loop, iv in zip(loops, sch.get(block).iter_vars) if int(iv.iter_type) == SPATIAL]
+    if not spatial:
+        return
+    fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+    if cuda:
+        blocks, threads = sch.split(fused, [None, 128])
+        sch.bind(blocks, "blockIdx.x")
+        sch.bind(threads, "threadIdx.x")
+    else:
+        sch.parallel(fused)
+
+
+def _vector_lanes(extent: int, preferred: int) -> int:
+    """``preferred`` when given and it divides ``extent``, else the largest power of two that
+    does, at most 16."""
+    if preferred and extent % preferred == 0:
+        return preferred
+    lanes = 1
+    while lanes < 16 and extent % (lanes * 2) == 0:
+        lanes *= 2
+    return lanes
+
+
+def _vectorize_last(sch: Any, block: Any, anchor: Any, preferred: int) -> None:
+    """The innermost loop of ``block`` below ``anchor`` stores whole vectors."""
+    store = loops_below(sch, block, anchor)
+    extent = int(sch.get(store[-1]).extent) if store else 1
+    if extent > 1:
+        sch.vectorize(sch.split(store[-1], [None, _vector_lanes(extent, preferred)])[1])
+
+
+def _tile_cpu(sch: Any, block: Any, loops: list[Any], found: Structure, params: dict[str, Any], levels: slice
+              ) -> tuple[dict[str, list[Any]], list[Any]]:
+    """The main stage's loops split by its tiles' ``levels`` and ordered: the cache-block loops
+    in ``order``, then the reductions' inner loops, then the register tile (unrolled, its last
+    axis vectorized). The parts of each axis, and the cache-block loops in order."""
+    spatial = [a.name for a in found.spatial]
+    reductions = [a.name for a in found.reductions]
+    parts = {a.name: list(sch.split(loop, params[f"tile_{a.name}"][levels if not a.reduction else slice(None)]))
+             for a, loop in zip(found.axes, loops)}
+    middle = [parts[name][-2] if name in spatial else parts[name][0] for name in params["order"]]
+    sch.reorder(*(parts[name][0] for name in spatial if len(parts[name]) == 3), *middle,
+                *(parts[name][1] for name in reductions), *(parts[name][-1] for name in spatial))
+    for name in spatial[:-1]:
+        sch.unroll(parts[name][-1])
+    sch.vectorize(parts[spatial[-1]][-1])
+    return parts, middle
+
+
+def _schedule_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str, Any]) -> None:
+    if stages.before and stages.after:
+        _schedule_rows_cpu(sch, stages, found, params)
+        return
+    block = stages.main
+    spatial = [a.name for a in found.spatial]
+    reductions = [a.name for a in found.reductions]
+    parts, middle = _tile_cpu(sch, block, sch.get_loops(block), found, params, slice(None))
+    outer = [parts[name][0] for name in spatial]
+    parallel = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    sch.parallel(parallel)
+    first_reduction = next((i for i, name in enumerate(params["order"]) if name in reductions), None)
+    above = middle[:first_reduction] if first_reduction is not None else middle
+    anchor = above[-1] if above else parallel
+    vector = params[f"tile_{spatial[-1]}"][2]
+    writers = []
+    if stages.after:
+        for after in stages.after:
+            try:
+                sch.reverse_compute_at(after, anchor)
+                writers.append(after)
+            except Exception:  # noqa: BLE001 (TVM's ScheduleError)
+                _leftover(sch, after, cuda=False)
+    elif reductions:
+        accumulate = sch.cache_write(block, 0, "global")
+        sch.reverse_compute_at(accumulate, anchor)
+        writers.append(accumulate)
+    # The write-back's columns: the register tile's, and the cache block's too unless the last
+    # axis's cache-block loop is above the anchor.
+    last_above = spatial[-1] in params["order"][:len(above)]
+    if vector * (1 if last_above else params[f"tile_{spatial[-1]}"][1]) > 1:
+        for writer in writers:
+            _vectorize_last(sch, writer, anchor, vector)
+    _move_before(sch, stages, parallel, None)
+    if reductions:
+        sch.decompose_reduction(block, middle[first_reduction])
+
+
+def _schedule_rows_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str, Any]) -> None:
+    """Normalizations (softmax, layer norm): reductions before the main one and stages after it
+    that read both. The output's leading axes (the main stage's spatial ones, the rows) are
+    split by the main stage's tiles and their outer parts run in parallel; every other stage is
+    computed inside, for its rows, and the main stage tiled there by the rest of its tiles."""
+    output = stages.after[-1]
+    spatial = found.spatial
+    rows = _row_loops(sch, output, spatial)
+    parts = [sch.split(loop, params[f"tile_{a.name}"]) for loop, a in zip(rows, spatial)]
+    sch.reorder(*(p[0] for p in parts), *(p[1] for p in parts), *(p[2] for p in parts))
+    outer = [p[0] for p in parts]
+    parallel = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    sch.parallel(parallel)
+    for block in [*reversed(stages.after[:-1]), stages.main, *reversed(stages.before)]:
+        sch.compute_at(block, parallel)
+    main_loops = loops_below(sch, stages.main, parallel)
+    if len(main_loops) == len(found.axes):  # unit axes leave no loop: such a tile stays as it is
+        _, middle = _tile_cpu(sch, stages.main, main_loops, found, params, slice(1, None))
+        first_reduction = next(i for i, name in enumerate(params["order"]) if name in {a.name for a in found.reductions})
+        sch.decompose_reduction(stages.main, middle[first_reduction])
+    _vectorize_last(sch, output, parallel, 0)
+
+
+def _row_loops(sch: Any, output: Any, spatial: list[Axis]) -> list[Any]:
+    """The output's leading loops, one per spatial axis of the main stage, of the same extents;
+    ValueError when the output is not laid out by rows of the main stage."""
+    loops = sch.get_loops(output)
+    extents = [int(sch.get(loop).extent) for loop in loops]
+    if extents[:len(spatial)] != [a.extent for a in spatial]:
+        raise ValueError(f"the output's leading axes {extents[:len(spatial)]} are not the main stage's spatial axes "
+                         f"{[a.extent for a in spatial]}: stages that reduce before and after another are supported "
+                         "only row by row (softmax, normalizations)")
+    return loops[:len(spatial)]
+
+
+def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str, Any]) -> None:
+    if stages.before and stages.after:
+        _schedule_rows_cuda(sch, stages, found, params)
+        return
+    block = stages.main
+    loops = dict(zip((a.name for a in found.axes), sch.get_loops(block)))
+    parts = {a.name: sch.split(loops[a.name], params[f"tile_{a.name}"]) for a in found.axes}
+    spatial = [a.name for a in found.spatial]
+    reductions = [a.name for a in found.reductions]
+    inner = {name: parts[name][-1] for name in parts}
+    sch.reorder(*(parts[name][level] for level in range(3) for name in spatial),
+                *(parts[name][level] for level in range(2) for name in reductions),
+                *(inner[name] for name in params["inner_order"]))
+    bound = []
+    for level, tag in enumerate(("blockIdx.x", "vthread.x", "threadIdx.x")):
+        axis = [parts[name][level] for name in spatial]
+        fused = sch.fuse(*axis) if len(axis) > 1 else axis[0]
+        sch.bind(fused, tag)
+        bound.append(fused)
+    threads = bound[2]
+    thread_count = math.prod(params[f"tile_{name}"][2] for name in spatial)
+    written = []
+    if reductions:
+        if stages.after:
+            sch.set_scope(block, 0, "local")
+        else:
+            stages.after = [sch.cache_write(block, 0, "local")]
+    for after in stages.after:
+        try:
+            sch.reverse_compute_at(after, threads)
+            written += loops_below(sch, after, threads)
+        except Exception:  # noqa: BLE001 (TVM's ScheduleError)
+            _leftover(sch, after, cuda=True)
+    if reductions and params["shared"]:
+        stage = parts[reductions[-1]][0]
+        sources = {f.name for f in found.inputs} | {sch.get(b).name_hint for b in stages.kept}
+        reads = sch.get(block).reads
+        for position in [i for i, region in enumerate(reads) if region.source.name in sources]:
+            cached = sch.cache_read(block, position, "shared", consumer_blocks=[block])
+            sch.compute_at(cached, stage)
+            copy = loops_below(sch, cached, stage)
+            if copy:
+                fused = sch.fuse(*copy) if len(copy) > 1 else copy[0]
+                sch.bind(sch.split(fused, [None, thread_count])[1], "threadIdx.x")
+        for kept in stages.kept:  # now read by its shared-memory copy only: computed there
+            sch.compute_inline(kept)
+    _move_before(sch, stages, threads, "local")
+    # Accumulators indexed by a loop variable would live in local memory: every loop that
+    # indexes them is written out.
+    for name in spatial:
+        sch.unroll(inner[name])
+    for loop in written:
+        sch.unroll(loop)
+    _annotate_unroll(sch, bound[0], params)
+    if reductions:
+        outermost = parts[reductions[0]][0]
+        above = [sch.get(loop) for loop in sch.get_loops(block)]
+        prefix = next(i for i, loop in enumerate(above) if loop.same_as(sch.get(outermost)))
+        initial = sch.decompose_reduction(block, outermost)
+        for loop in sch.get_loops(initial)[prefix:]:  # the accumulators' zeroing, in registers too
+            sch.unroll(loop)
+
+
+def _annotate_unroll(sch: Any, loop: Any, params: dict[str, Any]) -> None:
+    if params["unroll"]:
+        sch.annotate(loop, "pragma_auto_unroll_max_step", params["unroll"])
+        sch.annotate(loop, "pragma_unroll_explicit", 1)
+
+
+def _schedule_rows_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str, Any]) -> None:
+    """Normalizations on the GPU: the output's rows split by the main stage's tiles, blocks and
+    threads over them, every other stage computed by each thread for its rows, in registers."""
+    output = stages.after[-1]
+    parts = [sch.split(loop, params[f"tile_{a.name}"]) for loop, a in zip(_row_loops(sch, output, found.spatial),
+                                                                           found.spatial)]
+    sch.reorder(*(p[level] for level in (0, 2, 1, 3) for p in parts))
+    blocks = sch.fuse(*(p[0] for p in parts)) if len(parts) > 1 else parts[0][0]
+    threads = sch.fuse(*(p[2] for p in parts)) if len(parts) > 1 else parts[0][2]
+    sch.bind(blocks, "blockIdx.x")
+    sch.bind(threads, "threadIdx.x")
+    for block in [*reversed(stages.after[:-1]), stages.main, *reversed(stages.before)]:
+        sch.compute_at(block, threads)
+        sch.set_scope(block, 0, "local")
+    _annotate_unroll(sch, blocks, params)
+
+
+def _unscheduled(tensors: list[Any], inputs: list[np.ndarray]) -> np.ndarray:
+    """The output of the computation as it is written, compiled for the CPU without a schedule."""
+    tvm = import_tvm()
+    from tvm import te
+
+    executable = tvm.compile(tvm.IRModule({"main": te.create_prim_func(tensors)}), target="llvm")
+    device = tvm.cpu(0)
+    arguments = [tvm.runtime.tensor(np.ascontiguousarray(x, dtype=np.float32), device) for x in inputs]
+    output = tvm.runtime.empty(tuple(int(d) for d in tensors[-1].shape), "float32", device)
+    executable["main"](*arguments, output)
+    return output.numpy().astype(np.float64)
