@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--objective", choices=("synthetic", "live", "recorded", "cache", "network"),
                         default="synthetic")
     parser.add_argument("--workloads", nargs="+", default=["SYN1"],
-                        help=f"named workloads (live/recorded), {', '.join(SYNTHETIC)} (synthetic), or networks "
+                        help=f"named workloads or operators (module:function, live), named ones (recorded), "
+                             f"{', '.join(SYNTHETIC)} (synthetic), or networks "
                              "(network: alexnet, resnet18, or a JSON file of layers)")
     parser.add_argument("--tuners", nargs="+", default=catalog.COMPARED,
                         help=f"catalog names, optionally with overrides (name:key=value,...): {', '.join(catalog.CATALOG)}; "

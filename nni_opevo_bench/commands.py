@@ -8,4 +8,5 @@ COMMANDS = {
     "overhead": ("nni_opevo_bench.overhead", "time and memory of each tuner's calls against history size"),
     "fingerprint": ("nni_opevo_bench.fingerprint", "record or check the hash of every tuner's proposals"),
     "campaign": ("nni_opevo_bench.campaign", "the GPU campaign: correctness, vendor anchors, comparison, throughput"),
+    "operators": ("nni_opevo_bench.operators", "users' operators on the CPU against MetaSchedule and their libraries"),
 }

@@ -18,7 +18,7 @@ from trial_code import constraint, networks
 from trial_code.evaluate import Limits, evaluate
 from trial_code.targets import Target
 from trial_code.templates import for_workload
-from trial_code.workloads import lookup
+from trial_code.workloads import lookup, named_or_operator
 
 from . import tuning_cache
 from .table import read_rows
@@ -77,7 +77,7 @@ class Live(Objective):
 
     def __init__(self, workload: str, target: Target, limits: Limits, build_only: bool = False) -> None:
         """``build_only``: build (and nvcc-compile CUDA) without running: a dry run's trials."""
-        self.operator = lookup(workload)
+        self.operator = named_or_operator(workload)
         self.device, self.limits, self.build_only = target, limits, build_only
         super().__init__(workload, target.kind, for_workload(self.operator).space(self.operator, target.kind))
         # What every generated experiment gives its tuner (``trial_code.constraint``).

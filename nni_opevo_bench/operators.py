@@ -1,0 +1,146 @@
+"""Users' operators on the CPU: OpEvo on each example's derived space against TVM MetaSchedule and
+the library a NumPy or PyTorch user would call, and the derived MatMul against the hand-written one.
+
+    nni-opevo operators --out docs/results/operators             # runs what is missing, then the README
+    nni-opevo operators --out docs/results/operators --report-only
+
+For each operator of ``examples/operators.py`` (at its default shape) OpEvo and MetaSchedule get
+``--budget`` measured trials per seed through the benchmark harness (``runner``: the same
+trials, checks and timing as every comparison; rows in ``trials.csv``, resumable), and the best
+kernel after 64 trials and after the budget is reported, with the library's speed on the same
+inputs (``trial_code.anchor``: the ``library`` each ``Operator`` declares, timed like a trial).
+The built-in MatMul template on the same shape (``MM_small``, 256^3) runs beside the derived
+``matmul``: the derived space must reach at least 0.9 of the hand-written template's best.
+Run it from the repository root (``examples`` is imported from there).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trial_code import anchor, targets
+from trial_code.evaluate import Limits
+from trial_code.workloads import named_or_operator
+
+from .objectives import Live
+from .runner import Plan, run
+from .table import read_rows
+
+EXAMPLES = ("examples.operators:depthwise_conv2d", "examples.operators:matmul_bias_gelu", "examples.operators:softmax",
+            "examples.operators:layer_norm", "examples.operators:matmul")
+HAND_WRITTEN = {"examples.operators:matmul": "MM_small"}
+"""The derived operator -> the named workload of the same computation with a hand-written template."""
+EARLY = 64
+GOAL = 0.9
+"""The derived MatMul's best over the hand-written template's, at least."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="nni-opevo operators", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for trials.csv, library.json and README.md")
+    parser.add_argument("--budget", type=int, default=256, help="trials per run, 64 to 4096 (default %(default)s)")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per tuner, 1 to 20 (default %(default)s)")
+    parser.add_argument("--report-only", action="store_true", help="only write README.md from what --out holds")
+    args = parser.parse_args(argv)
+    if not EARLY <= args.budget <= 4096 or not 1 <= args.seeds <= 20:
+        parser.error(f"--budget must be {EARLY} to 4096 and --seeds 1 to 20")
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        target, limits, seeds = targets.cpu(), Limits(), list(range(args.seeds))
+        started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        everything = [*EXAMPLES, *HAND_WRITTEN.values()]
+        # The figures after 64 trials first, MetaSchedule's runs whole (it cannot resume), then
+        # OpEvo's runs carried on to the budget (the runner resumes them from their rows).
+        plans = [Plan([Live(w, target, limits) for w in everything], ["opevo"], seeds, EARLY, concurrency=2),
+                 Plan([Live(w, target, limits) for w in EXAMPLES], ["metaschedule"], seeds, args.budget, concurrency=2),
+                 Plan([Live(w, target, limits) for w in everything], ["opevo"], seeds, args.budget, concurrency=2)]
+        for plan in plans:
+            run(plan, args.out / "trials.csv", progress=sys.stderr.isatty())
+        libraries = {}
+        for spec in EXAMPLES:
+            measured = anchor.measure(named_or_operator(spec), target)
+            libraries[spec] = measured.to_json() if measured else None
+        (args.out / "library.json").write_text(json.dumps(libraries, indent=2) + "\n")
+        (args.out / "run.json").write_text(json.dumps({
+            "command": " ".join(["nni-opevo operators", *(argv if argv is not None else sys.argv[1:])]),
+            "started": started, "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": _machine(), "budget": args.budget, "seeds": args.seeds}, indent=2) + "\n")
+    (args.out / "README.md").write_text(readme(args.out))
+    print(f"operators: {args.out / 'README.md'}", flush=True)
+
+
+def _machine() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            cpu = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor() or platform.machine()
+    return f"{cpu}, {targets.cpu_threads()} cores, Python {platform.python_version()}"
+
+
+def _best(rows: list[dict[str, str]], workload: str, tuner: str, trials: int) -> list[float]:
+    """GFLOPS of the best kernel among each seed's first ``trials`` trials."""
+    seeds: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        if row["workload"] == workload and row["tuner"] == tuner:
+            seeds.setdefault(row["seed"], []).append(row)
+    found = []
+    for runs in seeds.values():
+        ordered = sorted(runs, key=lambda r: int(r["index"]))[:trials]
+        if len(ordered) == trials:
+            found.append(1e3 * max(float(r["tflops"]) for r in ordered))
+    return found
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    middle = statistics.mean(values)
+    return f"{middle:.1f}" if len(values) == 1 else f"{middle:.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+def readme(out: Path) -> str:
+    """The page: one table of the operators, one line on the derived MatMul, the command and machine."""
+    rows = read_rows(out / "trials.csv")
+    run_info: dict[str, Any] = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
+    libraries = json.loads((out / "library.json").read_text()) if (out / "library.json").exists() else {}
+    budget = int(run_info.get("budget", 256))
+    lines = ["# Users' operators on the CPU", "",
+             "Each operator of [examples/operators.py](../../../examples/operators.py) at its default shape, its "
+             "template derived from the computation (docs/your-operator.md): the best kernel's GFLOPS after "
+             f"{EARLY} and {budget} measured trials (mean over seeds, min-max), OpEvo against TVM MetaSchedule "
+             "with the same trials, and the library a NumPy or PyTorch user would call on the same inputs.", "",
+             f"| operator | OpEvo @{EARLY} | OpEvo @{budget} | MetaSchedule @{EARLY} | MetaSchedule @{budget} | "
+             f"library | library GFLOPS | OpEvo @{budget} / library |", "|---|---|---|---|---|---|---|---|"]
+    for spec in EXAMPLES:
+        opevo = [_best(rows, spec, "opevo", n) for n in (EARLY, budget)]
+        ms = [_best(rows, spec, "metaschedule", n) for n in (EARLY, budget)]
+        library = libraries.get(spec)
+        vendor = 1e3 * library["tflops"] if library else None
+        ratio = f"{statistics.mean(opevo[1]) / vendor:.2f}x" if vendor and opevo[1] else "-"
+        lines.append(f"| {spec.partition(':')[2]} | {_cell(opevo[0])} | {_cell(opevo[1])} | {_cell(ms[0])} | "
+                     f"{_cell(ms[1])} | {library['library'] if library else 'none here'} | "
+                     f"{f'{vendor:.1f}' if vendor else '-'} | {ratio} |")
+    lines.append("")
+    for spec, named in HAND_WRITTEN.items():
+        derived, written = _best(rows, spec, "opevo", budget), _best(rows, named, "opevo", budget)
+        if derived and written:
+            fraction = statistics.mean(derived) / statistics.mean(written)
+            lines += [f"The derived `{spec.partition(':')[2]}` space against the hand-written MatMul template on the "
+                      f"same shape ({named}), OpEvo, {budget} trials: {_cell(derived)} against {_cell(written)} "
+                      f"GFLOPS, {fraction:.2f} of it (goal: at least {GOAL}; "
+                      f"{'met' if fraction >= GOAL else '**not met**'}).", ""]
+    if run_info:
+        lines += [f"Command: `{run_info['command']}` (from the repository root). Machine: {run_info['machine']}. "
+                  f"Run {run_info['started']} to {run_info['ended']}, {run_info['seeds']} seed(s) per tuner.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
