@@ -46,6 +46,7 @@ from .base import (
     check_cpu_vector,
     check_gpu_launch,
     factors,
+    limit,
     loops_below,
     one_of,
     order,
@@ -56,6 +57,8 @@ MAX_AXES = 8
 """Axes of the main stage at most: ``order`` permutes them all (8! = 40,320 orders)."""
 MAX_BYTES = 4 << 30
 """The inputs and output together at most: a trial allocates them on the host and the device."""
+MAX_ROWS_PER_THREAD = 16
+"""A normalization's rows one GPU thread reduces: their running values stay in registers."""
 REGISTER_OVERHEAD = 40
 """Registers a CUDA thread needs besides its accumulators (addresses, loop counters)."""
 SPATIAL, REDUCE = 0, 2
@@ -94,6 +97,9 @@ class Structure:
 
     axes: tuple[Axis, ...]
     inputs: tuple[Footprint, ...]
+    rows: bool
+    """Reductions before the main stage and stages after it that read them (a normalization):
+    scheduled row by row (``_schedule_rows_cpu``, ``_schedule_rows_cuda``)."""
     identity: str
     """A digest of the computation (its TIR) and its reference's source: the inputs' cache key."""
 
@@ -143,6 +149,9 @@ class DerivedTemplate(Template):
         names = [a.name for a in found.axes]
         if not cuda:
             return {**space, "order": {"_type": "perm", "_value": names}}
+        if found.rows:  # blocks, threads, rows per thread: each thread reduces its rows alone
+            return {**{f"tile_{a.name}": {"_type": "factor", "_value": [a.extent, 3]} for a in found.spatial},
+                    "unroll": {"_type": "discrete", "_value": list(UNROLL_STEPS)}}
         space["inner_order"] = {"_type": "perm", "_value": names}
         space["unroll"] = {"_type": "discrete", "_value": list(UNROLL_STEPS)}
         if found.reductions:
@@ -152,6 +161,12 @@ class DerivedTemplate(Template):
     def check(self, workload: Workload, params: dict[str, Any], target: Target) -> None:
         found = self.structure(workload)
         cuda = target.kind == "cuda"
+        if cuda and found.rows:
+            rows = {a.name: factors(params, f"tile_{a.name}", a.extent, 3) for a in found.spatial}
+            one_of(params, "unroll", UNROLL_STEPS)
+            check_gpu_launch(target, [math.prod(t[1] for t in rows.values())], 1, 0, [])
+            limit("rows per thread", math.prod(t[2] for t in rows.values()), MAX_ROWS_PER_THREAD)
+            return
         tiles = {a.name: factors(params, f"tile_{a.name}", a.extent,
                                  (3 if cuda else 2) if a.reduction else (4 if cuda else 3)) for a in found.axes}
         names = [a.name for a in found.axes]
@@ -280,7 +295,7 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     except (OSError, TypeError):
         reference_source = repr(reference)
     identity = hashlib.sha256((function.script() + reference_source).encode()).hexdigest()[:24]
-    return Structure(tuple(axes), tuple(footprints.values()), identity)
+    return Structure(tuple(axes), tuple(footprints.values()), bool(stages.before and stages.after), identity)
 
 
 def _safe(name: str, position: int, seen: set[str]) -> str:
@@ -535,19 +550,25 @@ def _annotate_unroll(sch: Any, loop: Any, params: dict[str, Any]) -> None:
 
 
 def _schedule_rows_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str, Any]) -> None:
-    """Normalizations on the GPU: the output's rows split by the main stage's tiles, blocks and
-    threads over them, every other stage computed by each thread for its rows, in registers."""
+    """Normalizations on the GPU: the output's rows split in blocks, threads and each thread's
+    rows; every other stage computed by each thread for its rows, in registers (its loops over
+    the rows written out)."""
     output = stages.after[-1]
     parts = [sch.split(loop, params[f"tile_{a.name}"]) for loop, a in zip(_row_loops(sch, output, found.spatial),
                                                                            found.spatial)]
-    sch.reorder(*(p[level] for level in (0, 2, 1, 3) for p in parts))
+    sch.reorder(*(p[level] for level in range(3) for p in parts))
     blocks = sch.fuse(*(p[0] for p in parts)) if len(parts) > 1 else parts[0][0]
-    threads = sch.fuse(*(p[2] for p in parts)) if len(parts) > 1 else parts[0][2]
+    threads = sch.fuse(*(p[1] for p in parts)) if len(parts) > 1 else parts[0][1]
     sch.bind(blocks, "blockIdx.x")
     sch.bind(threads, "threadIdx.x")
+    for part in parts:
+        sch.unroll(part[2])
     for block in [*reversed(stages.after[:-1]), stages.main, *reversed(stages.before)]:
         sch.compute_at(block, threads)
         sch.set_scope(block, 0, "local")
+        spatial = [iv for iv in sch.get(block).iter_vars if int(iv.iter_type) == SPATIAL]
+        for loop in loops_below(sch, block, threads)[:len(spatial)]:  # its rows
+            sch.unroll(loop)
     _annotate_unroll(sch, blocks, params)
 
 
