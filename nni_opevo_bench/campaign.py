@@ -18,7 +18,10 @@ complete is skipped. The stages, in the order of the project's goals:
    configuration the GPU refuses is a bug in the check; a refused one that runs is lost space).
 4. ``throughput``: trials per minute, the build times, and the shares of a trial's time spent
    building, waiting for the GPU and measuring.
-5. ``comparison``: OpEvo, G-BFS, N-A2C, AutoTVM, NoSE and TPE at 128 trials, one workload per
+5. ``operators``: OpEvo at 128 trials on each operator of ``examples/operators.py`` (a user's
+   computation, its template derived: ``trial_code.templates.derived``) at its default shape;
+   the call runs in the repository's root, where ``examples`` imports.
+6. ``comparison``: OpEvo, G-BFS, N-A2C, AutoTVM, NoSE and TPE at 128 trials, one workload per
    step (each within one loan), then two more seeds of each; builds in parallel, measurements one
    at a time.
 
@@ -54,6 +57,7 @@ from .campaign_calls import RESERVE_S
 from .campaign_report import GOALS as GOAL_RATIOS
 from .campaign_report import STAGE_ORDER, read_jsonl, write_atomic, write_readme
 from .objectives import Live
+from .operators import EXAMPLES
 from .runner import Plan
 from .runner import run as run_plan
 
@@ -94,6 +98,7 @@ class Scale:
     admitted: int
     probes: int
     throughput: int
+    operators: tuple[Step, ...]
     steps: tuple[Step, ...]
 
 
@@ -101,14 +106,17 @@ PAPER = ("MM1", "MM2", "MM3", "BMM1", "BMM2", "BMM3", "C1", "C2")
 GOALS = tuple(GOAL_RATIOS)
 REAL = Scale(anchors=PAPER, goals=tuple(Step((name,), 1, 128, ("opevo",)) for name in GOALS),
              correctness=tuple(NAMED), admitted=3, probes=2, throughput=64,
+             operators=tuple(Step((spec,), 1, 128, ("opevo",)) for spec in EXAMPLES),
              steps=(*(Step((name,), 1, 128) for name in GOALS), *(Step((name,), 3, 128) for name in GOALS)))
 DRY = Scale(anchors=("MM1", "C1"), goals=(Step(("MM1",), 1, 2, ("opevo",)), Step(("C1",), 1, 1, ("opevo",))),
             correctness=("MM_small", "BMM_small", "C_small", "MM1", "BMM2", "BMM3", "C1"), admitted=1, probes=1,
-            throughput=4, steps=(Step(("MM1",), 1, 2), Step(("BMM1",), 1, 1), Step(("MM1",), 2, 2)))
-STAGE_MINUTES = {"anchors": 0.2, "goals": 17.5, "correctness": 4.2, "throughput": 0.9}
+            throughput=4, operators=tuple(Step((spec,), 1, 1, ("opevo",)) for spec in EXAMPLES
+                                                if spec.endswith((":matmul_bias_gelu", ":layer_norm"))),
+            steps=(Step(("MM1",), 1, 2), Step(("BMM1",), 1, 1), Step(("MM1",), 2, 2)))
+STAGE_MINUTES = {"anchors": 0.2, "goals": 17.5, "correctness": 4.2, "throughput": 0.9, "operators": 12.5}
 """Minutes each stage of the real campaign took on the lent H100 (docs/results/h100, 2026-11-25:
-896 goal trials in 17.5 minutes, 51 a minute with C1 the slowest); the comparison's steps are
-estimated from their trial counts at that rate (``stage_minutes``)."""
+896 goal trials in 17.5 minutes, 51 a minute with C1 the slowest); the operators' stage and the
+comparison's steps are estimated from their trial counts at that rate (``stage_minutes``)."""
 TRIALS_PER_MINUTE = 51.0
 
 
@@ -200,6 +208,9 @@ class Campaign:
         """OpEvo alone on each goal workload, in ``goals.csv`` (apart from the comparison's
         runs, which are longer and would otherwise resume from these)."""
         return self._steps("goals", self.scale.goals, self.out / "goals.csv")
+
+    def operators(self) -> bool:
+        return self._steps("operators", self.scale.operators, self.out / "operators.csv")
 
     def comparison(self) -> bool:
         return self._steps("comparison", self.scale.steps, self.out / "trials.csv")

@@ -19,7 +19,7 @@ from trial_code.status import Status
 
 from .table import read_rows
 
-STAGE_ORDER = ("anchors", "goals", "correctness", "throughput", "comparison")
+STAGE_ORDER = ("anchors", "goals", "correctness", "throughput", "operators", "comparison")
 GOALS = {"MM1": 1.0, "MM2": 1.0, "MM3": 1.0, "BMM1": 1.0, "BMM2": 1.0, "BMM3": 1.0, "C1": 0.9}
 """The project's goals: the best kernel's speed over the vendor library's at fp32, TF32 off
 (cuBLAS on MM1-3 and BMM1-3, cuDNN on C1; C2's cuDNN figure is a Winograd or FFT algorithm
@@ -61,6 +61,7 @@ def write_readme(out: Path) -> None:
     lines += _tuner_table(out / "goals.csv", anchors, "## OpEvo against the vendor libraries")
     lines += _correctness_table(list(read_jsonl(out / "correctness.jsonl")))
     lines += _throughput_table(list(read_jsonl(out / "throughput.jsonl")))
+    lines += _tuner_table(out / "operators.csv", anchors, "## Users' operators (examples/operators.py), OpEvo")
     lines += _tuner_table(out / "trials.csv", anchors, "## Comparison")
     write_atomic(out / "README.md", "\n".join(lines) + "\n")
 

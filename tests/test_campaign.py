@@ -72,6 +72,9 @@ def test_a_call_killed_mid_trial_keeps_its_rows_and_the_next_resumes_without_rep
     assert all(a["library"] is None and "dry run" in a["why"] for a in anchors)
     goals = Counter((r["workload"], r["tuner"], r["seed"]) for r in _csv(out / "goals.csv"))
     assert goals == {("MM1", "opevo", "0"): 2, ("C1", "opevo", "0"): 1}
+    operators = Counter((r["workload"], r["status"]) for r in _csv(out / "operators.csv"))
+    assert operators == {("examples.operators:matmul_bias_gelu", "NO_ERROR"): 1,
+                         ("examples.operators:layer_norm", "NO_ERROR"): 1}  # users' operators, built for the GPU
     rows = _csv(out / "trials.csv")
     runs = Counter((r["workload"], r["tuner"], r["seed"]) for r in rows)
     assert len({(r["workload"], r["tuner"], r["seed"], r["index"]) for r in rows}) == len(rows)
@@ -83,7 +86,7 @@ def test_a_call_killed_mid_trial_keeps_its_rows_and_the_next_resumes_without_rep
     assert sorted(r["index"] for r in throughput if "index" in r) == [0, 1, 2, 3]
     readme = (out / "README.md").read_text()
     for heading in ("## Calls", "## Vendor libraries", "## OpEvo against the vendor libraries", "## Correctness",
-                    "## Comparison", "## Throughput"):
+                    "## Comparison", "## Throughput", "## Users' operators"):
         assert heading in readme
     assert "dry run" in readme and "sm_90a" in readme and "cut off" in readme  # the killed call
 
@@ -167,7 +170,7 @@ def test_too_little_device_time_plans_no_call():
 
 
 def test_the_plan_of_a_resumed_campaign_skips_what_is_done():
-    state = {"stages": {stage: {"complete": True} for stage in ("anchors", "goals", "correctness", "throughput")},
+    state = {"stages": {stage: {"complete": True} for stage in campaign.STAGES if stage != "comparison"},
              "comparison_steps": [campaign.REAL.steps[0].name]}
     calls = campaign_calls.plan(1800, campaign.stage_minutes(state))
     assert calls[1].reaches.startswith(f"comparison {campaign.REAL.steps[1].name}")
