@@ -402,6 +402,9 @@ def main(argv: list[str] | None = None) -> None:
         command = " ".join(["nni-opevo campaign", *(argv if argv is not None else sys.argv[1:])])
         campaign.run(tuple(stage for stage in STAGES if stage in args.stages), command)
         held.close()
+    except OSError as e:  # a file where the folder should be, no permission, a full disk: one line
+        raise SystemExit(f"campaign: cannot write {e.filename or args.out}: {e.strerror or e}; every row written "
+                         "before is kept") from None
     finally:
         timer.cancel()
     complete = [stage for stage in STAGES if campaign.state["stages"].get(stage, {}).get("complete")]

@@ -44,6 +44,7 @@ from trial_code import trial as trial_cli
 from trial_code.cli import workload_from
 from trial_code.evaluate import Limits, Result
 from trial_code.files import copy_file
+from trial_code.trial import MAX_REPEAT, MAX_REPEAT_MS
 
 from . import best as best_json
 from . import network_export
@@ -178,22 +179,28 @@ def versus_vendor(library_path: str, workload: Any, target: Any, options: Option
     return anchor.compare(workload, target, call, kernel.device.sync, min_repeat_ms=options.min_repeat_ms)
 
 
+MAX_TOP_K = 1000
+"""Configurations re-measured at most: each takes a build and ``repeat`` timings."""
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("experiment", help="experiment id or folder")
     parser.add_argument("--root", default="~/nni-experiments", help="where NNI keeps experiments (default %(default)s)")
     parser.add_argument("--out", help="output folder (default: <experiment folder>/export)")
     parser.add_argument("--top-k", type=int, default=Options.top_k,
-                        help="configurations to re-measure (default %(default)s)")
+                        help=f"configurations to re-measure, 1 to {MAX_TOP_K} (default %(default)s)")
     parser.add_argument("--repeat", type=int, default=Options.repeat,
-                        help="timed repeats per configuration (default %(default)s)")
+                        help=f"timed repeats per configuration, 1 to {MAX_REPEAT} (default %(default)s)")
     parser.add_argument("--min-repeat-ms", type=int, default=Options.min_repeat_ms,
-                        help="each repeat lasts at least this long (default %(default)s)")
+                        help=f"each repeat lasts at least this long, 0 to {MAX_REPEAT_MS} (default %(default)s)")
     parser.add_argument("--target", help="override the trial command's target (auto, cpu, cuda)")
     parser.add_argument("--force", action="store_true", help="replace an earlier export in the output folder")
     args = parser.parse_args(argv)
-    if args.top_k < 1 or args.repeat < 1 or args.min_repeat_ms < 0:
-        parser.error("--top-k and --repeat must be >= 1, --min-repeat-ms >= 0")
+    if not 1 <= args.top_k <= MAX_TOP_K or not 1 <= args.repeat <= MAX_REPEAT \
+            or not 0 <= args.min_repeat_ms <= MAX_REPEAT_MS:
+        parser.error(f"--top-k must be 1 to {MAX_TOP_K}, --repeat 1 to {MAX_REPEAT} and --min-repeat-ms 0 to "
+                     f"{MAX_REPEAT_MS}")
     return args
 
 

@@ -118,6 +118,15 @@ def test_a_second_call_into_a_folder_in_use_is_refused(tmp_path):
     assert not (tmp_path / "campaign.json").exists()
 
 
+@needs_nvcc
+def test_an_out_that_is_a_file_is_one_line(tmp_path):
+    (tmp_path / "taken").write_text("not a folder")
+    found = subprocess.run([sys.executable, "-m", "nni_opevo_bench.campaign", "--dry-run", "--out",
+                            str(tmp_path / "taken")], capture_output=True, text=True, timeout=120)
+    assert found.returncode == 1 and found.stderr.strip().splitlines() == [
+        f"campaign: cannot write {tmp_path / 'taken'}: File exists; every row written before is kept"]
+
+
 def test_a_folder_of_another_device_is_not_resumed(tmp_path):
     (tmp_path / "campaign.json").write_text(json.dumps(
         {"dry_run": True, "device": "NVIDIA H200", "stages": {}, "calls": []}))

@@ -1,6 +1,8 @@
 """``nni_opevo_tools.export`` pieces that need no experiment: CUDA kernels exported where no GPU is
 visible (built and nvcc-compiled, not timed), and clear errors for what it cannot export."""
 import shutil
+import subprocess
+import sys
 
 import pytest
 from feasible import feasible
@@ -61,3 +63,13 @@ def test_kernel_files_replace_a_planted_link_instead_of_writing_through_it(tmp_p
     assert victim.read_text() == "precious"
     assert not (kernels / "p1.ll").is_symlink() and "define" in (kernels / "p1.ll").read_text()
     assert not (kernels / "p1.so").is_symlink() and (kernels / "p1.so").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("flag, value", [("--repeat", "4294967297"), ("--repeat", "0"), ("--min-repeat-ms", "-1"),
+                                         ("--min-repeat-ms", "10000000"), ("--top-k", "1000000")])
+def test_exports_numeric_flags_are_bounded_where_declared(flag, value):
+    """A value past 2^32 would wrap to 0 inside TVM's time evaluator: refused with the ranges named."""
+    found = subprocess.run([sys.executable, "-m", "nni_opevo_tools.export", "some-experiment", flag, value],
+                           capture_output=True, text=True, timeout=60)
+    assert found.returncode == 2 and "--repeat 1 to 10000 and --min-repeat-ms 0 to 600000" in found.stderr
+    assert "Traceback" not in found.stderr
