@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+import re
+import types
+import typing
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 from trial_code.anchor import Comparison
@@ -78,12 +81,57 @@ class Best:
         return path
 
 
+FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+"""What ``source`` and ``library`` may be: a file next to best.json, never a path elsewhere."""
+
+
 def read(path: str) -> Best:
-    with open(path) as handle:
-        data = json.load(handle)
-    if data.pop("schema", None) != SCHEMA:
+    """``best.json`` checked against ``Best``'s fields and their types (fields it does not know are
+    ignored, a later version's); every problem one ValueError naming the file and the field."""
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not JSON ({e}): a damaged export, export again") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ValueError(f"{path} is not a {SCHEMA} file")
-    return Best(**data)
+    hints = typing.get_type_hints(Best)
+    found: dict[str, Any] = {}
+    for field in fields(Best):
+        if field.name not in data:
+            if field.default is MISSING:
+                raise ValueError(f"{path}: field '{field.name}' is missing")
+            continue
+        if not _fits(data[field.name], hints[field.name]):
+            raise ValueError(f"{path}: field '{field.name}' must be {_shown(hints[field.name])}, got "
+                             f"{type(data[field.name]).__name__}")
+        found[field.name] = data[field.name]
+    for name in ("source", "library"):
+        if found.get(name) is not None and (not FILE_NAME.fullmatch(found[name]) or found[name] in (".", "..")):
+            raise ValueError(f"{path}: field '{name}' must name a file next to best.json, got {found[name]!r}")
+    return Best(**found)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a JSON value fits a field's type (``X | None``, ``dict[...]``, ``list[...]``, ``Any``)."""
+    if hint is Any:
+        return True
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return any(_fits(value, option) for option in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    origin = typing.get_origin(hint) or hint
+    if origin is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, origin)
+
+
+def _shown(hint: Any) -> str:
+    return " or ".join((typing.get_origin(h) or h).__name__ for h in typing.get_args(hint)) \
+        if typing.get_args(hint) and (isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union) \
+        else (typing.get_origin(hint) or hint).__name__
 
 
 def load_kernel(folder: str) -> Any:
@@ -92,11 +140,16 @@ def load_kernel(folder: str) -> Any:
     from trial_code import library
     from trial_code.workloads import Workload
 
-    best = read(os.path.join(folder, "best.json"))
+    path = os.path.join(os.path.expanduser(folder), "best.json")
+    best = read(path)
     if not best.library:
-        raise ValueError(f"{folder}/best.json names no compiled library (exported by an older version)")
-    return library.load(os.path.join(folder, best.library), Workload.from_json(best.workload), best.target["kind"]
-                        .replace("llvm", "cpu"))
+        raise ValueError(f"{path} names no compiled library (exported by an older version)")
+    try:
+        workload = Workload.from_json(best.workload)
+        device = {"llvm": "cpu", "cuda": "cuda"}[best.target["kind"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: its workload or target cannot be read ({type(e).__name__}: {e})") from None
+    return library.load(os.path.join(os.path.dirname(path), best.library), workload, device)
 
 
 def refuse_to_replace(folder: str, name: str, force: bool) -> None:

@@ -35,6 +35,7 @@ import json
 import os
 import shlex
 import statistics
+import sys
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
@@ -43,7 +44,7 @@ from trial_code import anchor, targets
 from trial_code import trial as trial_cli
 from trial_code.cli import workload_from
 from trial_code.evaluate import Limits, Result
-from trial_code.files import copy_file
+from trial_code.files import FolderBusy, assembled, copy_file
 from trial_code.trial import MAX_REPEAT, MAX_REPEAT_MS
 
 from . import best as best_json
@@ -122,7 +123,16 @@ def export(folder: str, options: Options, out: str | None = None) -> Best | Netw
     out = os.path.abspath(out or os.path.join(folder, "export"))
     for name in ("best.json", "network.json"):
         best_json.refuse_to_replace(out, name, options.force)
+    if os.path.isdir(out) and os.listdir(out) and not any(
+            os.path.exists(os.path.join(out, name)) for name in ("best.json", "network.json")):
+        raise ValueError(f"{out} holds files but no earlier export: --out an empty folder or an export's, as an "
+                         "export replaces its folder whole")
     database = ExperimentDatabase(folder)
+    with assembled(out) as scratch:  # all or nothing: an interrupted export leaves the earlier one as it was
+        return _export(folder, options, database, scratch)
+
+
+def _export(folder: str, options: Options, database: ExperimentDatabase, out: str) -> Best | NetworkBest:
     profile = database.profile()
     trial_args = trial_arguments(profile["trialCommand"])
     if options.target:
@@ -204,16 +214,26 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def intact(out: str) -> str:
+    """What an export that did not finish left in ``out``: nothing of its own (``assembled``)."""
+    if any(os.path.exists(os.path.join(out, name)) for name in ("best.json", "network.json")):
+        return f"the earlier export in {out} is intact"
+    return f"nothing was written to {out}"
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     folder = experiment_folder(args.experiment, args.root)
     out = os.path.abspath(args.out or os.path.join(folder, "export"))
     try:
         best = export(folder, Options(args.top_k, args.repeat, args.min_repeat_ms, args.target, args.force), out)
-    except ValueError as e:  # a damaged or foreign experiment: one line, not a traceback
+    except (ValueError, FolderBusy) as e:  # a damaged or foreign experiment, a second export: one line
         raise SystemExit(f"export: {e}") from None
     except OSError as e:
-        raise SystemExit(f"export: cannot write {e.filename or out}: {e.strerror or e}") from None
+        raise SystemExit(f"export: cannot write {e.filename or out}: {e.strerror or e}; {intact(out)}") from None
+    except KeyboardInterrupt:
+        print(f"export: interrupted; {intact(out)}", file=sys.stderr)
+        raise SystemExit(130) from None
     print(best.headline())
     if isinstance(best, NetworkBest):
         print(best.table(), end="")

@@ -38,6 +38,7 @@ import yaml
 from trial_code import constraint, targets, workloads
 from trial_code.cli import workload_from
 from trial_code.evaluate import evaluate
+from trial_code.files import FolderBusy
 from trial_code.templates import for_workload
 from trial_code.workloads import Workload
 
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"re-measuring the top {args.top_k} configurations:", flush=True)
     try:
         best = export.export(folder, export.Options(top_k=args.top_k))
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, FolderBusy) as e:
         raise SystemExit(f"the experiment ended, but its best kernel could not be exported: {e}") from None
     print(best.headline())
     if isinstance(best, export.NetworkBest):

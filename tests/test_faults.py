@@ -491,6 +491,133 @@ def test_export_to_a_folder_it_cannot_write_is_one_line(tmp_path):
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
+def _exported(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    """An experiment exported once, and its export's files (name -> bytes)."""
+    folder = _experiment(tmp_path)
+    first = _export(folder)
+    assert first.returncode == 0, first.stderr
+    return folder, _files(folder / "export")
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def _export_in_process(folder: Path, monkeypatch, capsys, fault) -> tuple[SystemExit, str]:
+    """``export --force`` in this process with ``fault`` patched in; the SystemExit and stderr."""
+    from nni_opevo_tools import export
+
+    fault(monkeypatch, export)
+    with pytest.raises(SystemExit) as ended:
+        export.main([str(folder), "--top-k", "1", "--repeat", "2", "--min-repeat-ms", "5", "--force"])
+    return ended.value, capsys.readouterr().err
+
+
+def test_an_export_interrupted_by_ctrl_c_leaves_the_earlier_one_intact(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the new winner is compared with the library (its best.so and source already
+    written): one line, exit 130, the earlier export byte for byte, no scratch folder left."""
+    folder, before = _exported(tmp_path)
+
+    def interrupt(monkeypatch, export):
+        def compare(*args, **kwargs):
+            raise KeyboardInterrupt
+        monkeypatch.setattr(export, "versus_vendor", compare)
+
+    ended, err = _export_in_process(folder, monkeypatch, capsys, interrupt)
+    assert ended.code == 130 and err.strip() == f"export: interrupted; the earlier export in {folder / 'export'} is intact"
+    assert _files(folder / "export") == before
+    assert sorted(p.name for p in folder.iterdir()) == [".export.lock", "db", "export"]  # no scratch folder left
+
+
+def test_a_disk_that_fills_while_best_json_is_written_leaves_the_earlier_export(tmp_path, monkeypatch, capsys):
+    import errno
+
+    folder, before = _exported(tmp_path)
+
+    def full(monkeypatch, export):
+        def write(self, out):
+            (Path(out) / "best.json").write_text("")  # what a full disk leaves: an empty file
+            raise OSError(errno.ENOSPC, "No space left on device", str(Path(out) / "best.json"))
+        monkeypatch.setattr(export.Best, "write", write)
+
+    ended, _ = _export_in_process(folder, monkeypatch, capsys, full)
+    assert "No space left on device; the earlier export in" in str(ended.code) and "\n" not in str(ended.code)
+    assert _files(folder / "export") == before
+    again = _export(folder, "--force")  # and a later export is not refused by an empty best.json
+    assert again.returncode == 0, again.stderr
+
+
+def test_two_exports_into_one_folder_do_not_both_write_it(tmp_path):
+    import fcntl
+
+    folder, before = _exported(tmp_path)
+    with open(folder / ".export.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        second = _export(folder, "--force")
+    assert second.returncode == 1 and second.stderr.strip() == (
+        f"export: another process is writing {folder / 'export'}: wait for it to finish")
+    assert _files(folder / "export") == before
+
+
+def test_an_export_refuses_to_replace_a_folder_of_other_files(tmp_path):
+    folder = _experiment(tmp_path)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    out = _export(folder, "--out", str(tmp_path / "mine"), "--force")
+    assert out.returncode == 1 and "holds files but no earlier export" in out.stderr
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+@pytest.fixture(scope="module")
+def export_once(tmp_path_factory) -> Path:
+    """A real export of the quickstart experiment, made once for the loading tests to damage copies of."""
+    folder, _ = _exported(tmp_path_factory.mktemp("export-once"))
+    return folder / "export"
+
+
+def _damaged(export_once: Path, tmp_path: Path, change) -> Path:
+    import shutil
+
+    copy = tmp_path / "export"
+    shutil.copytree(export_once, copy)
+    change(copy)
+    return copy
+
+
+def _edit(**fields):
+    def change(folder: Path) -> None:
+        data = json.loads((folder / "best.json").read_text())
+        data.update(fields)
+        for name in [k for k, v in fields.items() if v is _DROP]:
+            del data[name]
+        (folder / "best.json").write_text(json.dumps(data))
+    return change
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize("change, message", [
+    (_edit(library="/usr/lib/x86_64-linux-gnu/libc.so.6"), "field 'library' must name a file next to best.json"),
+    (_edit(library="../../evil.so"), "field 'library' must name a file next to best.json"),
+    (_edit(parameter_id="7"), "field 'parameter_id' must be int, got str"),
+    (_edit(workload=_DROP), "field 'workload' is missing"),
+    (_edit(workload={"name": "x"}), "its workload or target cannot be read"),
+    (lambda f: (f / "best.json").write_text((f / "best.json").read_text()[:200]), "is not JSON"),
+    (lambda f: (f / "best.so").write_bytes((f / "best.so").read_bytes()[:5000]), "is cut short"),
+    (lambda f: (f / "best.so").write_bytes(b"not a library"), "is not a 64-bit little-endian ELF library"),
+], ids=["absolute-library", "climbing-library", "wrong-type", "missing-field", "bad-workload", "cut-json",
+        "cut-library", "not-elf"])
+def test_loading_a_damaged_export_is_one_value_error_naming_the_file(export_once, tmp_path, change, message):
+    """In a process of its own: a library cut short must not kill the caller with SIGBUS."""
+    folder = _damaged(export_once, tmp_path, change)
+    code = ("from nni_opevo_tools.best import load_kernel\n"
+            f"try:\n    load_kernel({str(folder)!r})\nexcept ValueError as e:\n    print('REFUSED', e)\n")
+    found = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0 and found.stdout.startswith("REFUSED ") and message in found.stdout, found
+    assert str(folder) in found.stdout and len(found.stdout.strip().splitlines()) == 1
+
+
 def test_trials_of_reused_parameter_ids_all_rank(tmp_path):
     """After a dispatcher crash and ``nnictl resume``, NNI hands parameter ids 1-3 out again to
     new trial jobs: every trial is ranked, matched by its job (before: 17 of 20 by id)."""

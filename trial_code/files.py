@@ -1,9 +1,14 @@
-"""Files written where a planted link may wait: under a temporary name, then renamed into place."""
+"""Files written where a planted link may wait: under a temporary name, then renamed into place;
+and a set of files that replaces an earlier set whole (``assembled``)."""
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
-from collections.abc import Callable
+import signal
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -23,3 +28,42 @@ def replace_file(path: str, write: Callable[[str], Any]) -> None:
 def copy_file(source: str, destination: str) -> None:
     """``source`` copied onto ``destination`` through ``replace_file``."""
     replace_file(destination, lambda temporary: shutil.copyfile(source, temporary))
+
+
+class FolderBusy(RuntimeError):
+    """Another process is assembling the same folder."""
+
+
+@contextmanager
+def assembled(folder: str) -> Iterator[str]:
+    """A scratch folder beside ``folder`` to write a whole set of files into. When the block
+    ends, the scratch replaces ``folder`` whole (an earlier one removed); when it raises, or is
+    interrupted, the scratch is removed and ``folder`` is as it was, so a reader never finds a
+    mix of two sets. An exclusive lock on ``.<name>.lock`` beside it (``fcntl``: the OS drops it
+    when its holder dies) keeps two writers apart: FolderBusy for the second."""
+    folder = os.path.abspath(folder)
+    parent, name = os.path.split(folder)
+    os.makedirs(parent, exist_ok=True)
+    with open(os.path.join(parent, f".{name}.lock"), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FolderBusy(f"another process is writing {folder}: wait for it to finish") from None
+        scratch = tempfile.mkdtemp(prefix=f".{name}.", suffix=".new", dir=parent)
+        try:
+            yield scratch
+            # The two renames run with SIGINT and SIGTERM held back: an interrupt lands after them.
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                earlier = None
+                if os.path.lexists(folder):
+                    earlier = scratch.removesuffix(".new") + ".old"
+                    os.rename(folder, earlier)
+                os.rename(scratch, folder)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            if earlier:
+                shutil.rmtree(earlier, ignore_errors=True)
+        finally:
+            if os.path.lexists(scratch):
+                shutil.rmtree(scratch, ignore_errors=True)

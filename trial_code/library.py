@@ -15,6 +15,8 @@ was built for, and on the CPU only on one that has the instructions of the CPU i
 """
 from __future__ import annotations
 
+import os
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -58,10 +60,36 @@ class Kernel:
         return arguments + [tvm.runtime.empty(self.output_shape, "float32", self.device)]
 
 
+def check_library(path: str) -> None:
+    """ValueError naming ``path`` unless it is a whole 64-bit ELF shared library: mapping a file
+    cut short (an interrupted copy) kills the process with SIGBUS instead of raising, so the
+    header's program and section tables must lie inside the file before it is loaded."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(64)
+            size = os.fstat(handle.fileno()).st_size
+    except OSError as e:
+        raise ValueError(f"cannot read the kernel library {path}: {e.strerror or e}") from None
+    if len(header) < 64 or header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
+        raise ValueError(f"{path} is not a 64-bit little-endian ELF library ({size} bytes): re-export the kernel")
+    phoff, shoff = struct.unpack_from("<QQ", header, 32)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", header, 54)
+    with open(path, "rb") as handle:
+        handle.seek(phoff)
+        tables = handle.read(phentsize * phnum)
+    ends = [phoff + phentsize * phnum, shoff + shentsize * shnum]
+    for index in range(phnum if len(tables) == phentsize * phnum else 0):
+        offset, _, _, filesz = struct.unpack_from("<QQQQ", tables, index * phentsize + 8)
+        ends.append(offset + filesz)
+    if max(ends) > size or len(tables) != phentsize * phnum:
+        raise ValueError(f"{path} is cut short ({size} bytes, its headers reach {max(ends)}): re-export the kernel")
+
+
 def load(path: str, workload: Workload, device: str = "cpu") -> Kernel:
     """The kernel of the library at ``path`` for ``workload``, on ``device`` ("cpu" or "cuda")."""
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    check_library(path)
     module = tvm.runtime.load_module(path)
     tensors = for_workload(workload).compute(workload)
     return Kernel(workload, module["main"], tvm.cuda(0) if device == "cuda" else tvm.cpu(0),
@@ -76,6 +104,7 @@ def load_network(path: str, device: str = "cpu") -> Callable[..., np.ndarray]:
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
     where = tvm.cuda(0) if device == "cuda" else tvm.cpu(0)
+    check_library(path)
     machine = relax.VirtualMachine(tvm.runtime.load_module(path), where)
 
     def run(*arrays: np.ndarray) -> np.ndarray:
