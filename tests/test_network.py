@@ -179,6 +179,12 @@ def test_the_named_networks_and_a_network_file(tmp_path):
     networks._from_file.cache_clear()
     with pytest.raises(ValueError, match="layer 'mm': 'count' must be an integer >= 1"):
         networks.lookup(str(path))
+    for climbing in ("..", "../x", ".hidden", "a/b"):  # a layer's name becomes its export folder
+        path.write_text(json.dumps({"layers": [{"name": climbing, "workload": {"family": "matmul", "shape": {
+            "n": 8, "k": 16, "m": 32}}}]}))
+        networks._from_file.cache_clear()
+        with pytest.raises(ValueError, match="layer name .* may hold only letters, digits"):
+            networks.lookup(str(path))
     with pytest.raises(ValueError, match="unknown network 'vgg'"):
         networks.lookup("vgg")
     with pytest.raises(ValueError, match="network alexnet has no layer 'fc9'"):

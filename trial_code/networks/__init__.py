@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..workloads import NAMED, Workload, make
+from ..workloads import NAMED, Workload, check_name, make
 
 KEY = "layer"
 """The search-space parameter whose options are a network's layers (``nni_opevo.network.tuner``)."""
@@ -98,6 +98,10 @@ def _from_file(path: str) -> list[Layer]:
         name = entry.get("name") if isinstance(entry, dict) else None
         if not isinstance(name, str) or not name or name in {x.name for x in layers}:
             raise bad(f"layer {i} needs a 'name' of its own (a non-empty string, not used before), got {name!r}")
+        try:  # it names the layer's folder of an export and words of the trial command
+            check_name("layer", name)
+        except ValueError as e:
+            raise bad(str(e)) from None
         count = entry.get("count", 1)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise bad(f"layer {name!r}: 'count' must be an integer >= 1, got {count!r}")
