@@ -659,6 +659,27 @@ def test_nni_builtins_through_choice_view_take_choices_nested_two_deep(builtin):
         tuner.trial_end(i, True)
 
 
+@pytest.mark.parametrize("builtin", ["TPE", "Evolution", "Anneal", "Random"])
+def test_nni_builtins_through_choice_view_count_a_result_without_a_number_as_a_failure(builtin):
+    """NNI's TPE and Evolution raised on {'x': 1}, None or a string and the experiment ended in
+    ERROR; through the view such a result ends the trial as failed, and imported records
+    without a number are skipped, as docs/reliability.md says of every tuner."""
+    from nni_opevo import ChoiceViewTuner
+
+    args = {"Anneal": {}, "Evolution": {"population_size": 4, "optimize_mode": "maximize"}}.get(builtin, {"seed": 0})
+    tuner = ChoiceViewTuner(tuner=builtin, tuner_args=args)
+    space = {"a": {"_type": "choice", "_value": [1, 2, 3, 4, 5]}, "b": {"_type": "uniform", "_value": [0, 1]}}
+    tuner.update_search_space(space)
+    unusable = [{"x": 1}, None, "fast", {"default": "1.0"}, float("nan")]
+    for i in range(25):
+        params = tuner.generate_parameters(i)
+        tuner.receive_trial_result(i, params, unusable[i % 5] if i % 2 else float(i))
+        tuner.trial_end(i, True)
+    tuner.import_data([{"parameter": {"a": 1, "b": 0.5}, "value": value} for value in unusable]
+                      + [{"parameter": {"a": 2, "b": 0.25}, "value": 3.0}])
+    tuner.generate_parameters(100)
+
+
 def test_tpe_through_choice_view_survives_a_changed_search_space():
     """TPE mixed the old space's history into the new one (ValueError: a and p must have same
     size); the view rebuilds it on the new space with the results that fit."""

@@ -37,6 +37,7 @@ from nni.tuner import Tuner
 from .. import fatal
 from ..base import PROPOSALS_PER_TRIAL, RANDOM_DRAWS, REPORT_EVERY, parse_class_args, parse_records
 from ..class_args import ConstraintArgs, arg, document, fail, int_in, mapping
+from ..fitness import objective
 from ..space.parameters import ChoiceParameter, DiscreteParameter, FactorParameter, Parameter, PermParameter, SpaceError
 from ..space.search_space import SearchSpace
 
@@ -286,6 +287,10 @@ class ChoiceViewTuner(Tuner):
                             parameter_id, self.name)
             return
         self._reported.add(parameter_id)
+        if objective(value) is None:  # no usable number: a failure (the built-ins raise on it)
+            _logger.info("result %r of parameter id %s has no number: ended as a failed trial", value, parameter_id)
+            self._end(parameter_id, False)
+            return
         inner_id = self._inner_id.get(parameter_id, parameter_id)
         with _nested_fix():
             self.inner.receive_trial_result(inner_id, self._to_inner(parameters), value, **kwargs)
@@ -312,13 +317,13 @@ class ChoiceViewTuner(Tuner):
 
     @fatal.guard
     def import_data(self, data: Any) -> None:
-        """Earlier trials in the built-in's labels; malformed and off-space records are skipped
-        and counted (the built-ins crash on them)."""
+        """Earlier trials in the built-in's labels; malformed and off-space records, and those
+        without a number, are skipped and counted (the built-ins crash on them)."""
         assert self.space is not None
         records, skipped = parse_records(data)
         converted = []
         for entry in records:
-            if "value" not in entry or not self._fits(entry["parameter"]):
+            if objective(entry.get("value")) is None or not self._fits(entry["parameter"]):
                 skipped += 1
                 continue
             self._history.append({"parameter": entry["parameter"], "value": entry["value"]})
