@@ -84,6 +84,7 @@ class PopulationTuner(Tuner):
         self.space: SearchSpace | None = None
         self.population: Population | None = None
         self.n_proposed = 0  # proposals and imported results
+        self.importing = False  # True while import_data observes its records (``_imported``)
         self.journal = Journal(self.get_checkpoint_path())
         self._resumed: list[dict[str, Any]] = []  # journalled proposals of the run before a resume
         self._accept_customized_trials()
@@ -100,6 +101,10 @@ class PopulationTuner(Tuner):
 
     def _observe(self, key: ConfigKey) -> None:
         """A configuration of the population was just evaluated (or re-evaluated)."""
+
+    def _imported(self) -> None:
+        """Called once after ``import_data`` added its records (``importing`` was True while each
+        was observed): a tuner whose model is costly to fit fits it here, once, not per record."""
 
     def _rebuild(self) -> None:
         """The population was replaced (new search space): rebuild the algorithm's state from it."""
@@ -238,13 +243,18 @@ class PopulationTuner(Tuner):
         _, population = self.require_space()
         records, skipped = parse_records(data)
         imported = 0
-        for entry in records:
-            config = self._convert(entry.get("parameter"))
-            if config is None:
-                skipped += 1
-                continue
-            self._observe(population.add(config, entry.get("value")))
-            imported += 1
+        self.importing = True
+        try:
+            for entry in records:
+                config = self._convert(entry.get("parameter"))
+                if config is None:
+                    skipped += 1
+                    continue
+                self._observe(population.add(config, entry.get("value")))
+                imported += 1
+        finally:
+            self.importing = False
+        self._imported()
         self.n_proposed += imported
         _logger.info("imported %d earlier trials; skipped %d malformed or off-space records", imported, skipped)
 

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
@@ -678,6 +679,29 @@ def test_nni_builtins_through_choice_view_count_a_result_without_a_number_as_a_f
     tuner.import_data([{"parameter": {"a": 1, "b": 0.5}, "value": value} for value in unusable]
                       + [{"parameter": {"a": 2, "b": 0.25}, "value": 3.0}])
     tuner.generate_parameters(100)
+
+
+def test_a_bulk_import_fits_autotvms_model_once(monkeypatch):
+    """10,000 imported results (``nnictl resume`` of a long experiment): one fit, not one per
+    plan_size records (157 fits took minutes), and the tuner then proposes from that model."""
+    from nni_opevo import AutoTVMTuner
+    from nni_opevo.peers import autotvm
+
+    fits = []
+    real = autotvm.XGBoostCostModel.fit
+    monkeypatch.setattr(autotvm.XGBoostCostModel, "fit", lambda self, x, y: (fits.append(len(y)), real(self, x, y)))
+    space = {"t": {"_type": "factor", "_value": [2 ** 10 * 3 ** 4, 4]}, "o": {"_type": "perm", "_value": list("abc")}}
+    tuner = AutoTVMTuner(seed=0, plan_size=64)
+    tuner.update_search_space(space)
+    rng = np.random.default_rng(0)
+    from nni_opevo import SearchSpace
+
+    searched = SearchSpace(space)
+    records = [{"parameter": searched.to_trial(searched.sample(rng)), "value": float(rng.random())}
+               for _ in range(10_000)]
+    tuner.import_data(records)
+    assert len(fits) == 1 and fits[0] > 1000
+    tuner.generate_parameters(0)
 
 
 def test_tpe_through_choice_view_survives_a_changed_search_space():

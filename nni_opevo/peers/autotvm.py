@@ -79,6 +79,15 @@ class AutoTVMTuner(PopulationTuner):
         self.plan, self._plan_pt, self._fits, self._features = [], 0, 0, {}
 
     def _observe(self, key: ConfigKey) -> None:
+        if not self.importing:  # an import fits once, at its end (``_imported``)
+            self._fit_when_due()
+
+    def _imported(self) -> None:
+        self._fit_when_due()
+
+    def _fit_when_due(self) -> None:
+        """Refit and replan once ``plan_size`` more results are in (an import of 10,000 records
+        fitting every ``plan_size`` of them took minutes)."""
         _, population = self.require_space()
         if population.n_measured >= self.args.plan_size * (self._fits + 1):
             keys = list(population.evaluated())
