@@ -27,6 +27,7 @@ same way for every algorithm, so that comparisons between them measure the algor
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -183,7 +184,8 @@ class PopulationTuner(Tuner):
     def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, Any]:
         space, population = self.require_space()
         try:
-            config = self._next()
+            with self.constraint.proposing() if self.constraint is not None else contextlib.nullcontext():
+                config = self._next()
         except NoMoreTrialError:
             self._report_constraint(final=True)
             raise

@@ -13,21 +13,40 @@ A configuration it refuses never becomes a trial: the tuner counts it as a faile
 configuration (it learns from it as from a failure, and never proposes it again). A
 constraint that raises, or returns something other than a bool, is a bug in the experiment:
 the tuner stops with that error (``ConstraintError``), which ends the experiment visibly.
+
+Looking for one trial's configuration is bounded in time: while the constraint refuses, the
+tuner logs how many it refused every ``LOG_EVERY_S`` seconds, and after ``PROPOSAL_S`` it gives
+up (``ConstraintGaveUp``, which ends the experiment as NNI ends one whose space is exhausted)
+with the count and the constraint's time per call in the message.
 """
 from __future__ import annotations
 
 import importlib
+import logging
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+from nni import NoMoreTrialError
 
 SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+PROPOSAL_S = 300.0
+"""Seconds one proposal may spend asking the constraint before the tuner gives up."""
+LOG_EVERY_S = 15.0
+"""Seconds between two log lines while one proposal is still looking."""
+
+_logger = logging.getLogger(__name__)
 
 
 class ConstraintError(RuntimeError):
     """The constraint function raised, or returned something other than a bool."""
+
+
+class ConstraintGaveUp(NoMoreTrialError):
+    """One proposal asked the constraint for ``PROPOSAL_S`` seconds and found nothing it accepts."""
 
 
 def spec_rule(name: str, value: Any) -> str | None:
@@ -56,6 +75,35 @@ class Constraint:
         self.function: Callable[..., Any] = function
         self.calls = 0
         self.rejected = 0
+        self._clock: tuple[float, int, int] | None = None  # a proposal's start: time, calls, refusals
+        self._next_log = 0.0
+
+    @contextmanager
+    def proposing(self) -> Iterator[None]:
+        """The span of one proposal, whose asking is bounded (see the module docstring)."""
+        self._clock, self._next_log = (time.monotonic(), self.calls, self.rejected), LOG_EVERY_S
+        try:
+            yield
+        finally:
+            self._clock = None
+
+    def _keep_time(self) -> None:
+        if self._clock is None:
+            return
+        started, calls, rejected = self._clock
+        elapsed = time.monotonic() - started
+        if elapsed < self._next_log:
+            return
+        asked, refused = self.calls - calls, self.rejected - rejected
+        if elapsed >= PROPOSAL_S:
+            message = (f"the constraint {self.spec} refused {refused} of {asked} candidates in {elapsed:.0f} s while "
+                       f"looking for one trial's configuration ({1e3 * elapsed / max(asked, 1):.1f} ms a call): "
+                       "the search space is almost all infeasible, or the constraint too slow; narrow the space")
+            _logger.warning(message)
+            raise ConstraintGaveUp(message)
+        _logger.info("still looking for one trial's configuration: the constraint %s refused %d of %d candidates "
+                     "in %.0f s (giving up after %.0f s)", self.spec, refused, asked, elapsed, PROPOSAL_S)
+        self._next_log += LOG_EVERY_S
 
     def __call__(self, params: dict[str, Any]) -> bool:
         self.calls += 1
@@ -69,6 +117,7 @@ class Constraint:
                                   f"on parameters {params!r}")
         if not answer:
             self.rejected += 1
+            self._keep_time()
         return bool(answer)
 
 

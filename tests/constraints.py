@@ -36,3 +36,11 @@ def layer_limit(params: dict[str, Any], layer: str, most: int = 4) -> bool:
     """A network's constraint: records which layer asked, feasible while the first factor is small."""
     SEEN_LAYERS.append(layer)
     return params["t"][0] <= most
+
+
+def slow_refusal(params: dict[str, Any], seconds: float = 0.002) -> bool:
+    """A slow constraint that refuses everything: a space the static check rules out almost whole."""
+    import time
+
+    time.sleep(seconds)
+    return False

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -702,6 +703,28 @@ def test_a_bulk_import_fits_autotvms_model_once(monkeypatch):
     tuner.import_data(records)
     assert len(fits) == 1 and fits[0] > 1000
     tuner.generate_parameters(0)
+
+
+def test_a_slow_constraint_that_refuses_almost_everything_is_logged_and_given_up_on(monkeypatch, caplog):
+    """A space of 150,000 configurations whose constraint refuses each in 2 ms: the first proposal
+    would list them all (5 minutes, no log line); it logs its count while looking and gives up
+    after the bound, with the count and the time per call in the message."""
+    import logging
+
+    from nni_opevo import OpEvoTuner
+    from nni_opevo import constraint as hook
+
+    monkeypatch.setattr(hook, "PROPOSAL_S", 1.0)
+    monkeypatch.setattr(hook, "LOG_EVERY_S", 0.25)
+    tuner = OpEvoTuner(seed=0, constraint="constraints:slow_refusal")
+    tuner.update_search_space({"x": {"_type": "randint", "_value": [0, 150_000]}})
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="nni_opevo.constraint"), pytest.raises(hook.ConstraintGaveUp) as gave_up:
+        tuner.generate_parameters(0)
+    assert time.monotonic() - started < 10
+    assert re.search(r"refused (\d+) of \1 candidates in 1 s while looking for one trial's configuration "
+                     r"\(\d+\.\d ms a call\)", str(gave_up.value)), str(gave_up.value)
+    assert sum("still looking for one trial's configuration" in r.message for r in caplog.records) >= 2
 
 
 def test_tpe_through_choice_view_survives_a_changed_search_space():
