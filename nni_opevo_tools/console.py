@@ -61,8 +61,9 @@ def commands() -> dict[str, tuple[str, str]]:
     return out
 
 
-USER_ERRORS = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
-"""What a command raises for bad input (a name, a value, a path): one line, not a traceback."""
+USER_ERRORS = (ValueError, OSError)
+"""What a command raises for bad input or a file system it cannot write (a name, a value, a path
+that is a file, no permission, a read-only or full disk): one line, not a traceback."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -112,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         message = e.strerror + f": {e.filename}" if isinstance(e, OSError) and e.strerror else str(e)
         print(f"nni-opevo {name}: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"nni-opevo {name}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -46,6 +46,32 @@ def test_console_profile_names_what_it_cannot_profile(tmp_path, args, message):
     assert failed.returncode == 1 and message in failed.stderr and "Traceback" not in failed.stderr
 
 
+@pytest.mark.parametrize("errno_name, strerror", [("EROFS", "Read-only file system"),
+                                                  ("ENOSPC", "No space left on device"),
+                                                  ("EACCES", "Permission denied")])
+def test_an_os_error_of_any_command_is_one_line(tmp_path, monkeypatch, capsys, errno_name, strerror):
+    """A read-only, full or forbidden folder under `spaces --root` (simulated: root may write anywhere)."""
+    import errno
+
+    from nni_opevo_tools import console, make_spaces
+
+    def refuse(path, space):
+        raise OSError(getattr(errno, errno_name), strerror, path)
+
+    monkeypatch.setattr(make_spaces, "write_space", refuse)
+    code = console.main(["spaces", "--workload", "MM_small", "--root", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == f"nni-opevo spaces: {strerror}: {tmp_path}/search_spaces/MM_small.cuda.json"
+
+
+def test_a_root_that_is_a_file_is_one_line(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    found = subprocess.run([*CLI, "spaces", "--workload", "MM_small", "--root", str(tmp_path / "a-file")],
+                           capture_output=True, text=True, timeout=60)
+    assert found.returncode == 2 and "Traceback" not in found.stderr
+    assert found.stderr.strip() == f"nni-opevo spaces: Not a directory: {tmp_path / 'a-file'}/search_spaces"
+
+
 def test_console_runs_a_subcommand_with_its_own_options():
     params = {"tile_n": [8, 8, 4], "tile_m": [4, 4, 16], "tile_k": [64, 4], "block_order": ["n", "k", "m"]}
     out = subprocess.run([*CLI, "trial", "--workload", "MM_small", "--target", "cpu", "--min-repeat-ms", "5",
