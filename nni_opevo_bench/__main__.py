@@ -33,7 +33,9 @@ from pathlib import Path
 
 from nni_opevo import catalog
 from trial_code import targets
+from trial_code.cli import add_number, bounded
 from trial_code.evaluate import Limits
+from trial_code.trial import MAX_SECONDS
 
 from . import kernel_tuner_strategies, metaschedule, network_end_to_end, network_report, report
 from .objectives import SYNTHETIC, Cache, Live, Network, Objective, Recorded, Synthetic
@@ -86,17 +88,17 @@ def main(argv: list[str] | None = None) -> None:
                              f"with --objective cache also Kernel Tuner's strategies as kt:NAME "
                              f"({', '.join(kernel_tuner_strategies.STRATEGIES)}; pip install '.[kerneltuner]'); "
                              f"with --objective live also TVM MetaSchedule as {metaschedule.NAME}[:num_trials_per_iter=N]")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per tuner and workload")
-    parser.add_argument("--budget", type=int, default=64, help="trials per run")
-    parser.add_argument("--concurrency", type=int, default=2, help="trials at a time (NNI's trialConcurrency)")
+    add_number(parser, "--seeds", int, 1, 1000, "seeds 0..N-1 per tuner and workload", default=3)
+    add_number(parser, "--budget", int, 1, 1_000_000, "trials per run", default=64)
+    add_number(parser, "--concurrency", int, 1, 64, "trials at a time (NNI's trialConcurrency)", default=2)
     parser.add_argument("--target", default="auto", help="live: auto, cpu or cuda; recorded: the recorded target")
     parser.add_argument("--record", nargs="+", help="recorded: benchmark CSVs to replay")
     parser.add_argument("--cache", nargs="+", help="cache: Kernel Tuner cache files (.json or .json.gz); each is a "
                                                     "workload named after its file")
-    parser.add_argument("--budgets", type=int, nargs="+", default=[50, 100, 200],
-                        help="where the fraction-of-optimum table reads each run (cache objectives)")
-    parser.add_argument("--build-timeout", type=float, default=120.0)
-    parser.add_argument("--run-timeout", type=float, default=60.0)
+    parser.add_argument("--budgets", type=bounded(int, 1, 1_000_000), nargs="+", default=[50, 100, 200],
+                        help="where the fraction-of-optimum table reads each run (cache objectives), 1 to 1e+06")
+    add_number(parser, "--build-timeout", float, 0.01, MAX_SECONDS, "seconds", default=120.0)
+    add_number(parser, "--run-timeout", float, 0.01, MAX_SECONDS, "seconds", default=60.0)
     parser.add_argument("--out", type=Path, required=True, help="folder for trials.csv, run.json, plots, summary.md")
     parser.add_argument("--report-only", action="store_true", help="only draw the figures and tables from trials.csv")
     parser.add_argument("--no-progress", action="store_true")

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from trial_code import anchor, constraint, targets
+from trial_code.cli import add_number
 from trial_code.evaluate import Limits, Result, evaluate
 from trial_code.workloads import NAMED, lookup
 
@@ -360,29 +361,23 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 1)[1])
     parser.add_argument("--out", type=Path, help="the campaign's folder (created; resumed if present)")
     parser.add_argument("--dry-run", action="store_true", help="no GPU: build and nvcc-compile only, tiny budget")
-    parser.add_argument("--minutes", type=float, default=9.0,
-                        help="the call's hard limit in minutes, in (0, 600]: no trial starts in its last "
-                             f"{RESERVE_S:.0f} s and the call stops at it, whatever is in flight (default %(default)s)")
-    parser.add_argument("--concurrency", type=int, default=max(1, min(14, (os.cpu_count() or 2) - 2)),
-                        help="trials building at a time, 1 to 64 (measurements take turns); default %(default)s")
+    add_number(parser, "--minutes", float, 0.01, 600, "the call's hard limit in minutes: no trial starts in its last "
+               f"{RESERVE_S:.0f} s and the call stops at it, whatever is in flight", default=9.0)
+    add_number(parser, "--concurrency", int, 1, 64, "trials building at a time (measurements take turns)",
+               default=max(1, min(14, (os.cpu_count() or 2) - 2)))
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES),
                         help="the stages to run, in the campaign's order (default: all)")
     parser.add_argument("--report", action="store_true", help="only rewrite --out's README.md from its rows (no GPU)")
-    parser.add_argument("--plan", type=float, metavar="SECONDS",
-                        help="print the device calls a loan with this much device time left allows (with --out: "
-                             "for what that campaign has still to do), and exit")
+    add_number(parser, "--plan", float, 0, 86_400, "print the device calls a loan with this many device seconds "
+               "left allows (with --out: for what that campaign has still to do), and exit", metavar="SECONDS")
     args = parser.parse_args(argv)
     if args.plan is not None:
-        if not 0 <= args.plan <= 86_400:
-            parser.error("--plan must be the device seconds left, 0 to 86400")
         state_path = args.out / "campaign.json" if args.out else None
         state = json.loads(state_path.read_text()) if state_path and state_path.is_file() else None
         print(campaign_calls.render(campaign_calls.plan(args.plan, stage_minutes(state))))
         return
     if args.out is None:
         parser.error("--out is required (the campaign's folder)")
-    if not 0 < args.minutes <= 600 or not 1 <= args.concurrency <= 64:
-        parser.error("--minutes must be in (0, 600] and --concurrency in 1..64")
     if args.report:
         if not (args.out / "campaign.json").is_file():
             parser.error(f"--report: {args.out} holds no campaign (no campaign.json)")

@@ -29,6 +29,7 @@ from typing import Any
 
 from nni_opevo import catalog
 from nni_opevo.testing import drive
+from trial_code.cli import add_number
 
 from .objectives import SYNTHETIC, Cache, Objective, Synthetic
 
@@ -126,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=("record", "check"))
     parser.add_argument("--hub", type=Path, default=HUB, help="folder of the four benchmark-hub caches")
     parser.add_argument("--held-out", type=Path, default=HELD_OUT, help="the held-out convolution cache")
-    parser.add_argument("--seeds", type=int, help="record: seeds 0..N-1 (default 5); check: the first N of the record's")
-    parser.add_argument("--budget", type=int, default=200, help="record: evaluations per run (a check uses the record's)")
-    parser.add_argument("--workers", type=int, default=2)
+    add_number(parser, "--seeds", int, 1, 100, "record: seeds 0..N-1 (default 5); check: the first N of the record's")
+    add_number(parser, "--budget", int, 1, 100_000, "record: evaluations per run (a check uses the record's)",
+               default=200)
+    add_number(parser, "--workers", int, 1, 64, "processes running runs", default=2)
     parser.add_argument("--only", nargs="+", help="check: only the landscapes whose name holds one of these (SYN1, "
                                                    "W6600, network, ...)")
     args = parser.parse_args(argv)

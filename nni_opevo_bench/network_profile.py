@@ -44,9 +44,11 @@ from typing import Any
 import numpy as np
 
 from trial_code import networks, targets
+from trial_code.cli import add_number
 from trial_code.evaluate import Limits
 from trial_code.targets import Target
 from trial_code.templates import for_workload
+from trial_code.trial import MAX_REPEAT, MAX_REPEAT_MS
 
 from . import metaschedule
 from .network_end_to_end import DEFAULT, best_params
@@ -274,16 +276,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="a network benchmark's folder (its trials.csv)")
     parser.add_argument("--network", default="resnet18", help="a named network with a graph: alexnet, resnet18")
     parser.add_argument("--target", default="cpu", help="cpu or cuda (auto: CUDA when a GPU is visible)")
-    parser.add_argument("--rounds", type=int, default=3, help="times every run is timed (default 3)")
-    parser.add_argument("--repeat", type=int, default=Limits.repeat, help="repeats per timing (median)")
-    parser.add_argument("--min-repeat-ms", type=int, default=Limits.min_repeat_ms)
+    add_number(parser, "--rounds", int, 1, 100, "times every run is timed", default=3)
+    add_number(parser, "--repeat", int, 1, MAX_REPEAT, "repeats per timing (median)", default=Limits.repeat)
+    add_number(parser, "--min-repeat-ms", int, 0, MAX_REPEAT_MS, "each repeat lasts at least this long",
+               default=Limits.min_repeat_ms)
     args = parser.parse_args(argv)
     from trial_code.networks import graph as network_graph
 
     if not network_graph.has_graph(args.network):
         raise SystemExit(f"--network {args.network}: only {', '.join(network_graph.GRAPHS)} are built whole")
-    if args.rounds < 1 or args.repeat < 1:
-        raise SystemExit("--rounds and --repeat must be >= 1")
     limits = Limits(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
     profile(args.out, args.network, targets.resolve(args.target), args.rounds, limits)
     print(args.out / TABLE)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trial_code import anchor, targets
+from trial_code.cli import add_number
 from trial_code.evaluate import Limits
 from trial_code.workloads import named_or_operator
 
@@ -44,12 +45,10 @@ GOAL = 0.9
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="nni-opevo operators", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for trials.csv, library.json and README.md")
-    parser.add_argument("--budget", type=int, default=256, help="trials per run, 64 to 4096 (default %(default)s)")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds per tuner, 1 to 20 (default %(default)s)")
+    add_number(parser, "--budget", int, EARLY, 4096, "trials per run", default=256)
+    add_number(parser, "--seeds", int, 1, 20, "seeds per tuner", default=1)
     parser.add_argument("--report-only", action="store_true", help="only write README.md from what --out holds")
     args = parser.parse_args(argv)
-    if not EARLY <= args.budget <= 4096 or not 1 <= args.seeds <= 20:
-        parser.error(f"--budget must be {EARLY} to 4096 and --seeds 1 to 20")
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         target, limits, seeds = targets.cpu(), Limits(), list(range(args.seeds))

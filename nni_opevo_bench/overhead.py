@@ -35,6 +35,7 @@ from nni.tuner import Tuner
 
 from nni_opevo import SearchSpace, catalog
 from nni_opevo.testing.landscapes import tiled_matmul
+from trial_code.cli import add_number, bounded
 
 TUNERS = list(catalog.CATALOG)
 
@@ -101,10 +102,10 @@ def measure(name: str, checkpoints: list[int], window: int, seed: int, space_nam
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tuner", nargs="+", default=TUNERS, help="catalog names (nni_opevo.catalog)")
-    parser.add_argument("--checkpoints", type=int, nargs="+", default=[1000, 10000],
+    parser.add_argument("--checkpoints", type=bounded(int, 1, 10_000_000), nargs="+", default=[1000, 10000],
                         help="history sizes (results received) at which to measure")
-    parser.add_argument("--window", type=int, default=500, help="calls timed at each checkpoint")
-    parser.add_argument("--seed", type=int, default=0)
+    add_number(parser, "--window", int, 1, 1_000_000, "calls timed at each checkpoint", default=500)
+    add_number(parser, "--seed", int, 0, 2**32 - 1, "the tuners' seed", default=0)
     parser.add_argument("--space", default="synthetic", help="synthetic (default) or a named workload, e.g. MM1")
     args = parser.parse_args(argv)
     for name in args.tuner:

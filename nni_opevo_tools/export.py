@@ -42,7 +42,7 @@ from typing import Any
 
 from trial_code import anchor, targets
 from trial_code import trial as trial_cli
-from trial_code.cli import workload_from
+from trial_code.cli import add_number, workload_from
 from trial_code.evaluate import Limits, Result
 from trial_code.files import FolderBusy, assembled, copy_file
 from trial_code.trial import MAX_REPEAT, MAX_REPEAT_MS
@@ -198,20 +198,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("experiment", help="experiment id or folder")
     parser.add_argument("--root", default="~/nni-experiments", help="where NNI keeps experiments (default %(default)s)")
     parser.add_argument("--out", help="output folder (default: <experiment folder>/export)")
-    parser.add_argument("--top-k", type=int, default=Options.top_k,
-                        help=f"configurations to re-measure, 1 to {MAX_TOP_K} (default %(default)s)")
-    parser.add_argument("--repeat", type=int, default=Options.repeat,
-                        help=f"timed repeats per configuration, 1 to {MAX_REPEAT} (default %(default)s)")
-    parser.add_argument("--min-repeat-ms", type=int, default=Options.min_repeat_ms,
-                        help=f"each repeat lasts at least this long, 0 to {MAX_REPEAT_MS} (default %(default)s)")
+    add_number(parser, "--top-k", int, 1, MAX_TOP_K, "configurations to re-measure", default=Options.top_k)
+    add_number(parser, "--repeat", int, 1, MAX_REPEAT, "timed repeats per configuration", default=Options.repeat)
+    add_number(parser, "--min-repeat-ms", int, 0, MAX_REPEAT_MS, "each repeat lasts at least this long",
+               default=Options.min_repeat_ms)
     parser.add_argument("--target", help="override the trial command's target (auto, cpu, cuda)")
     parser.add_argument("--force", action="store_true", help="replace an earlier export in the output folder")
-    args = parser.parse_args(argv)
-    if not 1 <= args.top_k <= MAX_TOP_K or not 1 <= args.repeat <= MAX_REPEAT \
-            or not 0 <= args.min_repeat_ms <= MAX_REPEAT_MS:
-        parser.error(f"--top-k must be 1 to {MAX_TOP_K}, --repeat 1 to {MAX_REPEAT} and --min-repeat-ms 0 to "
-                     f"{MAX_REPEAT_MS}")
-    return args
+    return parser.parse_args(argv)
 
 
 def intact(out: str) -> str:

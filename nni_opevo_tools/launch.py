@@ -36,7 +36,7 @@ from collections import Counter
 import yaml
 
 from trial_code import constraint, targets, workloads
-from trial_code.cli import workload_from
+from trial_code.cli import add_number, workload_from
 from trial_code.evaluate import evaluate
 from trial_code.files import FolderBusy
 from trial_code.templates import for_workload
@@ -84,6 +84,8 @@ def first_trial(workload: Workload, target: str) -> None:
           f"({result.tflops * 1e3:.2f} GFLOPS); starting NNI", flush=True)
 
 
+MAX_TRIALS = 1_000_000
+"""An experiment's maxTrialNumber at most."""
 EXPOSED = ("NNI serves this web UI and its REST API on every network interface of this machine, without "
            "authentication: anyone who can reach port {port} can read, change and stop the experiment. Keep it "
            "local with a firewall rule, or run it on a machine others cannot reach and watch it through an SSH "
@@ -188,20 +190,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tuner", default=make_spaces.SHIPPED_TUNER,
                         help="with --workload: a catalog tuner, e.g. gbfs or opevo:mutate_rate=0.3")
     parser.add_argument("--target", default="auto", help="with --workload: auto, cpu or cuda")
-    parser.add_argument("--trials", type=int, help="with --workload: maxTrialNumber (default: 512 GPU, 256 CPU)")
+    add_number(parser, "--trials", int, 1, MAX_TRIALS, "with --workload or --operator: maxTrialNumber (default: 512 "
+               "GPU, 256 CPU)")
     parser.add_argument("--root", default=None,
                         help="where generated spaces and configs go (default: the current folder)")
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--every", type=float, default=10.0, help="seconds between progress lines")
-    parser.add_argument("--top-k", type=int, default=export.Options.top_k,
-                        help="configurations re-measured at the end (default %(default)s)")
+    add_number(parser, "--port", int, 1, 65535, "the web UI's port", default=8080)
+    add_number(parser, "--every", float, 0.1, 3600, "seconds between progress lines", default=10.0)
+    add_number(parser, "--top-k", int, 1, export.MAX_TOP_K, "configurations re-measured at the end",
+               default=export.Options.top_k)
     args = parser.parse_args(argv)
     if sum(x is not None for x in (args.config, args.workload, args.operator)) > 1:
         parser.error("give one of --config, --workload and --operator")
     if (args.shape or args.name) and args.operator is None:
         parser.error("--shape and --name go with --operator")
-    if args.top_k < 1 or (args.trials is not None and args.trials < 1):
-        parser.error("--top-k and --trials must be >= 1")
     if args.config and (args.trials is not None or args.root is not None or args.target != "auto"):
         parser.error("--trials, --root and --target go with --workload or --operator (or the default experiment), "
                      "not --config")

@@ -58,3 +58,54 @@ def test_a_mistake_is_one_line_with_a_non_zero_status(args, message, tmp_path):
 def test_debug_shows_the_traceback(tmp_path):
     failed = _run(["--debug", "spaces", "--workload", "MM4"], tmp_path)
     assert failed.returncode != 0 and "Traceback" in failed.stderr and "unknown workload 'MM4'" in failed.stderr
+
+
+def _option_calls():
+    """(command, module source file, the ast.Call) of every add_argument / add_number of every command."""
+    import ast
+    import importlib.util
+
+    modules = {name: module for name, (module, _) in commands().items() if name != "docs"}
+    for name, module in modules.items():
+        path = importlib.util.find_spec(module).origin
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
+                    "add_argument", "add_number"):
+                yield name, path, node
+
+
+def _numeric_flags():
+    import ast
+
+    flags = set()
+    for name, _, call in _option_calls():
+        if getattr(call.func, "id", "") == "add_number" and isinstance(call.args[1], ast.Constant):
+            flags.add((name, call.args[1].value))
+    return sorted(flags)
+
+
+def test_every_numeric_option_of_every_command_is_bounded_where_declared():
+    """No command reads a number without a range: each numeric option is declared with
+    trial_code.cli.add_number (or its bounded type), which refuses a value outside it by name."""
+    import ast
+
+    unbounded = [f"{path}:{call.lineno}" for _, path, call in _option_calls()
+                 for keyword in call.keywords if keyword.arg == "type"
+                 and isinstance(keyword.value, ast.Name) and keyword.value.id in ("int", "float")]
+    assert not unbounded, unbounded
+    assert len(_numeric_flags()) >= 25
+
+
+@pytest.mark.parametrize("command, flag", _numeric_flags())
+def test_a_huge_or_negative_value_of_any_numeric_option_is_one_line(command, flag, capsys):
+    from nni_opevo_tools import console
+
+    for value in ("1e300", "-1e300", "nan"):
+        code = None
+        try:
+            code = console.main([command, f"{flag}={value}"])
+        except SystemExit as e:
+            code = e.code
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and f"argument {flag}: must be " in err[-1] and f"got '{value}'" in err[-1], (value, err)
+        assert not any("Traceback" in line for line in err)

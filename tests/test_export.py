@@ -71,5 +71,5 @@ def test_exports_numeric_flags_are_bounded_where_declared(flag, value):
     """A value past 2^32 would wrap to 0 inside TVM's time evaluator: refused with the ranges named."""
     found = subprocess.run([sys.executable, "-m", "nni_opevo_tools.export", "some-experiment", flag, value],
                            capture_output=True, text=True, timeout=60)
-    assert found.returncode == 2 and "--repeat 1 to 10000 and --min-repeat-ms 0 to 600000" in found.stderr
+    assert found.returncode == 2 and f"argument {flag}: must be an integer from " in found.stderr
     assert "Traceback" not in found.stderr

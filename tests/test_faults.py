@@ -192,9 +192,9 @@ def test_a_device_held_elsewhere_is_device_busy_within_the_lock_timeout(tmp_path
 
 
 def test_bad_trial_options_name_the_option():
-    for flags, message in ((["--build-timeout", "nan"], "--build-timeout: must be a positive number of seconds"),
+    for flags, message in ((["--build-timeout", "nan"], "--build-timeout: must be a number from 0.01 to 86400, got 'nan'"),
                            (["--params", "{bad"], "--params: is not JSON"),
-                           (["--repeat", "0"], "--repeat must be 1 to")):
+                           (["--repeat", "0"], "--repeat: must be an integer from 1 to 10000, got '0'")):
         out = subprocess.run([sys.executable, "-m", "trial_code.trial", "--workload", "MM_small", *flags],
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr

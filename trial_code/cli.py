@@ -1,9 +1,12 @@
 """Command-line options shared by the trial, the space generator and the export command:
-which workload (a named one, a family with a shape, or a network's layers) and which target."""
+which workload (a named one, a family with a shape, or a network's layers) and which target;
+and every numeric option of every command, bounded where it is declared (``add_number``)."""
 from __future__ import annotations
 
 import argparse
 import json
+import math
+from collections.abc import Callable
 from typing import Any
 
 from . import networks, workloads
@@ -63,3 +66,30 @@ def _value(text: str) -> Any:
     except json.JSONDecodeError:
         return text
     return value if isinstance(value, (int, float, bool)) else text
+
+
+def bounded(kind: type, low: float, high: float) -> Callable[[str], Any]:
+    """An argparse ``type`` that reads an int or a finite float from ``low`` to ``high`` and refuses
+    anything else with the range named (a repeat count past 2^32 wraps to 0 inside TVM; a
+    timeout of 1e30 s or a port of 99999 is a typo)."""
+    noun = "an integer" if kind is int else "a number"
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or (kind is float and not math.isfinite(value)) or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be {noun} from {low:g} to {high:g}, got {text!r}")
+        return value
+
+    parse.__name__ = noun
+    return parse
+
+
+def add_number(parser: argparse.ArgumentParser, flag: str, kind: type, low: float, high: float, help: str = "",
+               **options: Any) -> None:
+    """A numeric option with its range declared once: read by ``bounded``, shown in ``--help``."""
+    shown = f"{help + ', ' if help else ''}{low:g} to {high:g}" + (" (default %(default)s)" if "default" in options
+                                                                    and options["default"] is not None else "")
+    parser.add_argument(flag, type=bounded(kind, low, high), help=shown, **options)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import sys
@@ -21,7 +20,7 @@ import traceback
 from typing import Any, NoReturn
 
 from . import networks, targets
-from .cli import add_workload_options, layer_from, workload_from
+from .cli import add_number, add_workload_options, layer_from, workload_from
 from .evaluate import LOCK_WAITS, Limits, Result, evaluate
 from .status import Status
 
@@ -33,13 +32,6 @@ class BadArguments(ValueError):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # report through the trial, not only exit 2
         raise BadArguments(message)
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
 
 
 def _params(text: str) -> dict[str, Any]:
@@ -57,22 +49,18 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = _Parser(description=__doc__.splitlines()[0])
     add_workload_options(parser)
     parser.add_argument("--target", default="auto", help="auto (CUDA when a GPU is visible), cpu or cuda")
-    parser.add_argument("--build-timeout", type=_seconds, default=Limits.build_timeout,
-                        help="seconds (default %(default)s)")
-    parser.add_argument("--run-timeout", type=_seconds, default=Limits.run_timeout,
-                        help="seconds for checking and timing, once the device is ours (default %(default)s)")
-    parser.add_argument("--lock-timeout", type=_seconds, default=None,
-                        help="seconds a trial may wait for the device before DEVICE_BUSY (default: "
-                             f"{LOCK_WAITS} x --run-timeout + --build-timeout)")
-    parser.add_argument("--repeat", type=int, default=Limits.repeat, help="timed repeats, median reported")
-    parser.add_argument("--min-repeat-ms", type=int, default=Limits.min_repeat_ms,
-                        help="each repeat runs the kernel enough times to last this long")
+    add_number(parser, "--build-timeout", float, 0.01, MAX_SECONDS, "seconds", default=Limits.build_timeout)
+    add_number(parser, "--run-timeout", float, 0.01, MAX_SECONDS, "seconds for checking and timing, once the device "
+               "is ours", default=Limits.run_timeout)
+    add_number(parser, "--lock-timeout", float, 0.01, MAX_SECONDS, "seconds a trial may wait for the device before "
+               f"DEVICE_BUSY (default: {LOCK_WAITS} x --run-timeout + --build-timeout)", default=None)
+    add_number(parser, "--repeat", int, 1, MAX_REPEAT, "timed repeats, median reported", default=Limits.repeat)
+    add_number(parser, "--min-repeat-ms", int, 0, MAX_REPEAT_MS, "each repeat runs the kernel enough times to last "
+               "this long", default=Limits.min_repeat_ms)
     parser.add_argument("--params", type=_params,
                         help="evaluate this JSON configuration without NNI and print the result")
     parser.add_argument("--build-only", action="store_true", help="build (and nvcc-compile CUDA) without running")
     args = parser.parse_args(argv)
-    if not 1 <= args.repeat <= MAX_REPEAT or not 0 <= args.min_repeat_ms <= MAX_REPEAT_MS:
-        parser.error(f"--repeat must be 1 to {MAX_REPEAT} and --min-repeat-ms 0 to {MAX_REPEAT_MS}")
     try:  # the workload options name something that exists, before anything is built
         if args.network:
             networks.lookup(args.network)
@@ -86,6 +74,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 MAX_REPEAT = 10_000
 MAX_REPEAT_MS = 600_000
+MAX_SECONDS = 86_400
+"""A trial's timeouts at most: a day."""
 
 
 def run(args: argparse.Namespace, params: dict[str, Any]) -> Result:
