@@ -156,7 +156,8 @@ def test_trial_code_constraint_takes_custom_shapes():
     assert args == {"family": "matmul", "shape": {"n": 256, "m": 768, "k": 3072, "batch": 1, "layout": "NN"},
                     "name": "FFN", "target": "cuda"}
     too_many_threads = {"tile_n": [1, 1, 64, 4], "tile_m": [1, 1, 32, 24], "tile_k": [1, 3072, 1, 1],
-                        "inner_order": ["k", "n", "m"], "unroll": 0, "vector": 1, "double_buffer": 0}
+                        "inner_order": ["k", "n", "m"], "unroll": 0, "vector": 1, "stages": 1, "pad": 0,
+                        "raster": 0}
     assert trial_constraint.feasible(too_many_threads, **args) is False
 
 

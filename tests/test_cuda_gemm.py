@@ -20,7 +20,7 @@ H100 = targets.Target("cuda", device="cuda-none", has_device=False, **targets.H1
 MM1 = workloads.lookup("MM1")
 # 128 threads of 8 x 8 outputs, K staged 8 at a time: the classic fast fp32 tile.
 TILE = {"tile_n": [8, 2, 8, 4], "tile_m": [8, 2, 16, 4], "tile_k": [1, 128, 8, 1], "inner_order": ["k", "n", "m"],
-        "unroll": 512, "vector": 4, "double_buffer": 0}
+        "unroll": 512, "vector": 4, "stages": 1, "pad": 0, "raster": 0}
 
 
 def _source(workload: workloads.Workload, params: dict[str, Any]) -> str:
@@ -47,19 +47,45 @@ def test_vector_4_loads_global_memory_128_bits_at_a_time(tmp_path):
     assert not re.search(r"ld\.global(\.nc)?\.v[24]", scalar)
 
 
-def test_double_buffer_fills_shared_memory_with_cp_async(tmp_path):
-    ptx, _ = _ptxas(_source(MM1, {**TILE, "double_buffer": 1}), tmp_path)
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_a_pipeline_of_stages_fills_that_many_buffers_with_cp_async(tmp_path, stages):
+    """``stages`` shared-memory buffers per operand, filled 16 bytes at a time by ``cp.async``
+    up to ``stages - 1`` K stages ahead (the waits count down from ``stages - 1`` groups in flight)."""
+    ptx, report = _ptxas(_source(MM1, {**TILE, "stages": stages}), tmp_path)
     assert re.search(r"cp\.async\.c[ag]\.shared\.global(\.L2::\d+B)? \[[^]]+\], \[[^]]+\], 16", ptx)  # 16 bytes each
-    assert "cp.async.wait_group" in ptx
+    assert {int(n) for n in re.findall(r"cp\.async\.wait_group (\d+)", ptx)} == set(range(stages))
+    plain_bytes = 4 * (64 * 8 + 8 * 128)  # one stage of the A (64 x 8) and B (8 x 128) tiles
+    assert f"{stages * plain_bytes} bytes smem" in report
     plain, _ = _ptxas(_source(MM1, TILE), tmp_path)
     assert "cp.async" not in plain
 
 
-def test_double_buffer_needs_ampere_or_newer():
+def test_padding_makes_the_shared_tiles_rows_bank_conflict_free(tmp_path):
+    """With ``pad`` the A tile's rows of 8 floats are stored 12 apart and B's of 128 floats 132
+    apart: consecutive rows start 4 banks apart; the check counts exactly the padded bytes."""
+    _, report = _ptxas(_source(MM1, {**TILE, "pad": 1}), tmp_path)
+    padded = 4 * (64 * 12 + 8 * 132)
+    assert f"{padded} bytes smem" in report and "0 bytes spill stores" in report
+    from trial_code.templates import gemm
+
+    assert gemm._shared_bytes({**TILE, "pad": 1}, "NN") == padded
+
+
+def test_raster_orders_the_blocks_in_groups_of_column_blocks(tmp_path):
+    """``raster`` 4: one block index over the grid, four column blocks per group; refused where
+    it does not divide the column blocks or leaves a single group."""
+    source = _source(MM1, {**TILE, "raster": 4})
+    assert "blockIdx.y" not in source and "blockIdx.x" in source
+    _ptxas(source, tmp_path)
+    with pytest.raises(Infeasible, match="raster 8 must divide the column blocks"):
+        for_workload(MM1).check(MM1, {**TILE, "tile_m": [4, 4, 16, 4], "raster": 8}, H100)
+
+
+def test_a_pipeline_needs_ampere_or_newer():
     volta = targets.Target("cuda", arch="sm_70", max_threads_per_block=1024, max_shared_memory_per_block=49152,
                            device="cuda-none", has_device=False)
-    with pytest.raises(Infeasible, match="double_buffer 1 needs cp.async"):
-        for_workload(MM1).check(MM1, {**TILE, "double_buffer": 1}, volta)
+    with pytest.raises(Infeasible, match="stages 2 needs cp.async"):
+        for_workload(MM1).check(MM1, {**TILE, "stages": 2}, volta)
 
 
 def test_shared_memory_past_48_kb_is_dynamic_and_admitted_up_to_the_opt_in_limit(tmp_path):
@@ -68,7 +94,7 @@ def test_shared_memory_past_48_kb_is_dynamic_and_admitted_up_to_the_opt_in_limit
     assert "extern __shared__" in source
     _, report = _ptxas(source, tmp_path)
     assert re.search(r"Used \d+ registers", report)
-    doubled = {**big, "double_buffer": 1}  # 128 KB: within an H100's 227 KB
+    doubled = {**big, "stages": 2}  # 128 KB: within an H100's 227 KB
     for_workload(MM1).check(MM1, doubled, H100)
     with pytest.raises(Infeasible, match="shared memory bytes per block 262144 exceeds the limit 232448"):
         for_workload(MM1).check(MM1, {**doubled, "tile_k": [1, 8, 128, 1]}, H100)

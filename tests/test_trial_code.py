@@ -51,17 +51,21 @@ def test_cuda_kernel_generates_and_compiles_to_cubin(workload):
 @needs_nvcc
 def test_cuda_shared_memory_matches_the_static_estimate():
     """The static check's shared-memory figure is what the lowered kernel allocates (the GEMM's
-    dynamic shared memory, doubled by its double buffer, included), so feasibility is decided
-    right without building."""
+    dynamic shared memory, once per pipeline stage, its rows padded or not, included), so
+    feasibility is decided right without building. The padded figure is the schedule's own
+    rule (``gemm._shared_bytes``); the others are counted here from the tiles."""
     import re
 
     import tvm
 
-    for workload, double in ((workloads.lookup("C2"), 0), (workloads.lookup("MM1"), 0), (workloads.lookup("MM1"), 1),
-                             (workloads.lookup("BMM3"), 1)):
+    from trial_code.templates import gemm
+
+    for workload, stages, pad in ((workloads.lookup("C2"), 0, 0), (workloads.lookup("MM1"), 1, 0),
+                                  (workloads.lookup("MM1"), 2, 0), (workloads.lookup("BMM3"), 2, 0),
+                                  (workloads.lookup("MM1"), 3, 1), (workloads.lookup("BMM2"), 1, 1)):
         params = feasible(workload, CUDA, seed=5)
         if workload.family != "conv2d":
-            params["double_buffer"] = double
+            params.update(stages=stages, pad=pad)
         tvm_target = tvm.target.Target(CUDA.tvm_target())
         lower, _, _ = tvm.tirx.get_default_tir_pipeline(tvm_target)
         with tvm_target, tvm.transform.PassContext(config={"tirx.use_async_copy": True}):
@@ -75,9 +79,11 @@ def test_cuda_shared_memory_matches_the_static_estimate():
             in_h = (y[1] * y[2] * y[3] - 1) * s["stride"] + ry[1]
             in_w = (x[1] * x[2] * x[3] - 1) * s["stride"] + rx[1]
             expected = 4 * rc[1] * (in_h * in_w + f[1] * f[2] * f[3] * ry[1] * rx[1])
+        elif pad:
+            expected = gemm._shared_bytes(params, s["layout"])
         else:
             n, m, k = params["tile_n"], params["tile_m"], params["tile_k"]
-            expected = 4 * (n[1] * n[2] * n[3] + m[1] * m[2] * m[3]) * k[2] * k[3] * (1 + double)
+            expected = 4 * (n[1] * n[2] * n[3] + m[1] * m[2] * m[3]) * k[2] * k[3] * stages
         assert allocated == expected, (workload.name, params)
 
 
@@ -207,7 +213,8 @@ def test_cpu_kernels_are_built_for_the_host_cpu(tmp_path):
 def test_statically_infeasible_config_is_rejected_without_building():
     workload = workloads.lookup("MM1")
     params = {"tile_n": [1, 1, 64, 8], "tile_m": [1, 1, 32, 32], "tile_k": [1, 1024, 1, 1], "inner_order": ["k", "n", "m"],
-              "unroll": 0, "vector": 1, "double_buffer": 0}
+              "unroll": 0, "vector": 1, "stages": 1, "pad": 0,
+              "raster": 0}
     result = evaluate(workload, params, CUDA)
     assert result.status is Status.INSTANTIATION_ERROR and result.build_s is None  # no worker was started
     assert "threads per block 2048 exceeds the limit 1024" in result.error
@@ -254,15 +261,16 @@ def _cuda_for(arch: str) -> targets.Target:
 
 def test_target_tvm_cannot_generate_for_is_compile_host():
     workload = workloads.lookup("MM_small")
-    result = evaluate(workload, feasible(workload, CUDA), _cuda_for("sm_1"), build_only=True)
+    result = evaluate(workload, {**feasible(workload, CUDA), "stages": 1}, _cuda_for("sm_1"), build_only=True)
     assert result.status is Status.COMPILE_HOST and "sm_1" in result.error
 
 
 @needs_nvcc
 def test_cuda_code_nvcc_rejects_is_compile_device():
-    # TVM generates CUDA C for sm_20; no nvcc of the last decade compiles for it.
+    # TVM generates CUDA C for sm_20; no nvcc of the last decade compiles for it (and, without
+    # cp.async there, the configuration has no pipeline).
     workload = workloads.lookup("MM_small")
-    result = evaluate(workload, feasible(workload, CUDA), _cuda_for("sm_20"), build_only=True)
+    result = evaluate(workload, {**feasible(workload, CUDA), "stages": 1}, _cuda_for("sm_20"), build_only=True)
     assert result.status is Status.COMPILE_DEVICE and "nvcc fatal" in result.error
     assert "__global__" not in result.error  # the reason, not the whole source
 

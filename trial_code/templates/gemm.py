@@ -6,8 +6,10 @@ batch in 2 (blocks, per-thread batches); K in 4: split-K blocks (each computes a
 its slice of K, and a second kernel adds them, for shapes with too few output tiles to fill the
 GPU), then the shared-memory stage loop, the register stage, and the inner loop. ``inner_order``
 permutes the per-thread loops (k inner, n tile, m tile). ``vector`` is the width of the global
-loads that fill shared memory (4: 128-bit ``ld.global.v4``); ``double_buffer`` pipelines those
-loads one stage ahead with ``cp.async`` (sm_80 and newer); ``unroll`` is TVM's explicit unroll
+loads that fill shared memory (4: 128-bit ``ld.global.v4``); ``stages`` pipelines those loads up to
+three stages ahead with ``cp.async`` (sm_80 and newer); ``pad`` pads the shared tiles' rows against
+bank conflicts; ``raster`` orders the blocks in groups of column blocks that sweep every row block
+(a swizzle for L2 reuse); ``unroll`` is TVM's explicit unroll
 limit for the block's loops, and unrolls the register stage whole when its multiply-adds fit.
 Tiles past the 48 KB of static shared memory go to dynamic shared memory, up to the opt-in
 limit (227 KB on an H100).
@@ -49,6 +51,15 @@ MAX_SPLIT_K = 16
 REGISTER_OVERHEAD = 40
 """Registers a thread needs besides its accumulators and operand tiles (addresses, loop
 counters): calibrated so that no configuration the check admits spills (``tests``, ptxas -v)."""
+STAGES = (1, 2, 3, 4)
+"""Shared-memory buffers the K loop cycles through: 1 fills and computes in turn; more fill
+``stages - 1`` stages ahead with ``cp.async`` while the register stages compute."""
+RASTER_GROUPS = (0, 2, 4, 8)
+"""Column blocks per group of the block order (0: the plain 2-D grid)."""
+BANKS = 32
+PAD = 4
+"""Shared memory's banks, and the floats a padded row's stride exceeds a multiple of them by
+(four keeps the 128-bit loads aligned)."""
 ASYNC_COPY_CC = 80
 """``cp.async`` (the double buffer's copies) exists from compute capability 8.0 (Ampere)."""
 
@@ -68,7 +79,9 @@ class GemmTemplate(Template):
                 "inner_order": {"_type": "perm", "_value": GPU_INNER},
                 "unroll": {"_type": "discrete", "_value": list(UNROLL_STEPS)},
                 "vector": {"_type": "discrete", "_value": list(VECTOR_LANES)},
-                "double_buffer": {"_type": "choice", "_value": [0, 1]},
+                "stages": {"_type": "choice", "_value": list(STAGES)},
+                "pad": {"_type": "choice", "_value": [0, 1]},
+                "raster": {"_type": "choice", "_value": list(RASTER_GROUPS)},
             })
             return space
         return {
@@ -100,14 +113,21 @@ class GemmTemplate(Template):
         order(params, "inner_order", GPU_INNER)
         one_of(params, "unroll", UNROLL_STEPS)
         lanes = one_of(params, "vector", VECTOR_LANES)
-        double = one_of(params, "double_buffer", (0, 1))
+        stages = one_of(params, "stages", STAGES)
+        one_of(params, "pad", (0, 1))
+        group = one_of(params, "raster", RASTER_GROUPS)
+        double = stages > 1
         limit("split-K blocks (first of 'tile_k')", k[0], MAX_SPLIT_K)
         if double and target.compute_capability < ASYNC_COPY_CC:
-            raise Infeasible(f"double_buffer 1 needs cp.async (sm_80 or newer), not {target.arch or 'this target'}")
+            raise Infeasible(f"stages {stages} needs cp.async (sm_80 or newer), not {target.arch or 'this target'}")
+        if group and (m[0] % group or m[0] == group):
+            raise Infeasible(f"raster {group} must divide the column blocks ({m[0]}, first of 'tile_m') and leave "
+                             "more than one group")
         tile_n, tile_m, stage_k = n[1] * n[2] * n[3], m[1] * m[2] * m[3], k[2] * k[3]
-        shared = _shared_bytes(params)
+        shared = _shared_bytes(params, s["layout"])
         threads = n[2] * m[2]
-        check_gpu_launch(target, [n[2], m[2]], n[1] * m[1], shared, [n[0], b[0] * k[0]], dynamic_shared=True)
+        check_gpu_launch(target, [n[2], m[2]], n[1] * m[1], shared, [b[0] * k[0]] + ([] if group else [n[0]]),
+                         dynamic_shared=True)
         # A vector load reads ``lanes`` neighbours of a shared tile's contiguous axis, aligned when
         # that axis and the global row it comes from are multiples of ``lanes``.
         transposed_a, transposed_b = (letter == "T" for letter in s["layout"])
@@ -186,8 +206,15 @@ class GemmTemplate(Template):
                     *[inner[name] for name in params["inner_order"]])
         if blocks_z:
             sch.bind(sch.fuse(*blocks_z) if len(blocks_z) > 1 else blocks_z[0], "blockIdx.z")
-        sch.bind(n0, "blockIdx.y")
-        sch.bind(m0, "blockIdx.x")
+        if params["raster"]:
+            # Blocks in groups of ``raster`` column blocks, each group sweeping every row block
+            # before the next: consecutive blocks share B's columns and A's rows in L2.
+            group_of, in_group = sch.split(m0, [None, params["raster"]])
+            sch.reorder(group_of, n0, in_group)
+            sch.bind(sch.fuse(group_of, n0, in_group), "blockIdx.x")
+        else:
+            sch.bind(n0, "blockIdx.y")
+            sch.bind(m0, "blockIdx.x")
         sch.bind(n1, "vthread.y")
         sch.bind(m1, "vthread.x")
         sch.bind(n2, "threadIdx.y")
@@ -199,7 +226,8 @@ class GemmTemplate(Template):
         threads = [(params["tile_n"][2], "threadIdx.y"), (params["tile_m"][2], "threadIdx.x")]
         # Dynamic shared memory only where static cannot hold the tiles (TVM's merging of
         # dynamic allocations fails on one-element tiles, which static memory always holds).
-        scope = "shared.dyn" if _shared_bytes(params) > target.max_shared_memory_per_block else "shared"
+        scope = "shared.dyn" if _shared_bytes(params, workload.shape["layout"]) > target.max_shared_memory_per_block \
+            else "shared"
         # Every loop that indexes a thread's registers (the operand fragments, the accumulators
         # and their write-back, the per-thread tile itself) is written out: a register array
         # indexed by a loop variable lives in local memory instead.
@@ -207,6 +235,9 @@ class GemmTemplate(Template):
         for operand in (0, 1):
             shared = sch.cache_read(block, operand, scope)
             sch.compute_at(shared, k0)
+            if params["pad"]:  # rows padded so that a column's elements fall in different banks
+                _, length = _tiles(params, workload.shape["layout"])[operand]
+                sch.storage_align(shared, 0, axis=-2, factor=_bank_period(length), offset=PAD)
             _vector_fetch(sch, shared, k0, threads, params["vector"])
             local = sch.cache_read(block, operand, "local")
             sch.compute_at(local, k1)
@@ -223,10 +254,10 @@ class GemmTemplate(Template):
             n, m, k = params["tile_n"], params["tile_m"], params["tile_k"]
             if k[2] * k[3] * n[1] * n[3] * m[1] * m[3] <= params["unroll"]:
                 sch.unroll(k1)
-        if params["double_buffer"]:
-            # k0's body: the two shared-memory fills, then the register stages. The fills run one
-            # stage ahead, asynchronously (cp.async), into a second buffer.
-            sch.annotate(k0, "software_pipeline_stage", [0, 0, 1])
+        if params["stages"] > 1:
+            # k0's body: the two shared-memory fills, then the register stages. The fills run
+            # ``stages - 1`` stages ahead, asynchronously (cp.async), into as many more buffers.
+            sch.annotate(k0, "software_pipeline_stage", [0, 0, params["stages"] - 1])
             sch.annotate(k0, "software_pipeline_order", [0, 1, 2])
             sch.annotate(k0, "software_pipeline_async_stages", [0])
         above = [sch.get(loop) for loop in sch.get_loops(block)]
@@ -275,11 +306,38 @@ class GemmTemplate(Template):
         return products.sum(axis=1), np.abs(products).sum(axis=1)
 
 
-def _shared_bytes(params: dict[str, Any]) -> int:
-    """A CUDA block's shared memory: the A and B tiles of one K stage, twice when double-buffered.
-    The tiles are staged per batch: the per-thread batch loop encloses the K stages."""
+def _tiles(params: dict[str, Any], layout: str) -> list[tuple[int, int]]:
+    """(rows, row length) of the A and B tiles of one K stage as shared memory stores them: A is
+    N x K (K x N when transposed), B is K x M (M x K when transposed)."""
     n, m, k = params["tile_n"], params["tile_m"], params["tile_k"]
-    return 4 * (n[1] * n[2] * n[3] + m[1] * m[2] * m[3]) * k[2] * k[3] * (2 if params["double_buffer"] else 1)
+    tile_n, tile_m, stage_k = n[1] * n[2] * n[3], m[1] * m[2] * m[3], k[2] * k[3]
+    return [(stage_k, tile_n) if layout[0] == "T" else (tile_n, stage_k),
+            (tile_m, stage_k) if layout[1] == "T" else (stage_k, tile_m)]
+
+
+def _shared_bytes(params: dict[str, Any], layout: str) -> int:
+    """A CUDA block's shared memory: the A and B tiles of one K stage, once per pipeline stage,
+    their rows padded (``_padded``) with ``pad``. The tiles are staged per batch: the per-thread
+    batch loop encloses the K stages."""
+    elements = sum(rows * (_padded(length) if params["pad"] else length) for rows, length in _tiles(params, layout))
+    return 4 * elements * params["stages"]
+
+
+def _bank_period(length: int) -> int:
+    """The stride period a padded row of ``length`` floats aligns to: the banks (32), or the least
+    power of two above the row when it is shorter (a short row padded to 36 floats wastes most)."""
+    period = 2 * PAD
+    while period < min(length, BANKS):
+        period *= 2
+    return period
+
+
+def _padded(length: int) -> int:
+    """A row's stride after ``storage_align(factor=_bank_period, offset=PAD)``: the least >=
+    ``length`` that is ``PAD`` more than a multiple of the period, so consecutive rows start in
+    banks ``PAD`` apart and a column's elements fall in different banks."""
+    period = _bank_period(length)
+    return length + (PAD - length) % period
 
 
 SUM_THREADS = 256
