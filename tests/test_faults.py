@@ -515,6 +515,7 @@ def _export_in_process(folder: Path, monkeypatch, capsys, fault) -> tuple[System
     return ended.value, capsys.readouterr().err
 
 
+@pytest.mark.slow(seconds=25)
 def test_an_export_interrupted_by_ctrl_c_leaves_the_earlier_one_intact(tmp_path, monkeypatch, capsys):
     """Ctrl-C while the new winner is compared with the library (its best.so and source already
     written): one line, exit 130, the earlier export byte for byte, no scratch folder left."""
@@ -531,6 +532,7 @@ def test_an_export_interrupted_by_ctrl_c_leaves_the_earlier_one_intact(tmp_path,
     assert sorted(p.name for p in folder.iterdir()) == [".export.lock", "db", "export"]  # no scratch folder left
 
 
+@pytest.mark.slow(seconds=25)
 def test_a_disk_that_fills_while_best_json_is_written_leaves_the_earlier_export(tmp_path, monkeypatch, capsys):
     import errno
 
@@ -549,6 +551,7 @@ def test_a_disk_that_fills_while_best_json_is_written_leaves_the_earlier_export(
     assert again.returncode == 0, again.stderr
 
 
+@pytest.mark.slow(seconds=25)
 def test_two_exports_into_one_folder_do_not_both_write_it(tmp_path):
     import fcntl
 
@@ -599,6 +602,7 @@ def _edit(**fields):
 _DROP = object()
 
 
+@pytest.mark.slow(seconds=8)
 @pytest.mark.parametrize("change, message", [
     (_edit(library="/usr/lib/x86_64-linux-gnu/libc.so.6"), "field 'library' must name a file next to best.json"),
     (_edit(library="../../evil.so"), "field 'library' must name a file next to best.json"),
