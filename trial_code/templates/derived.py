@@ -195,7 +195,7 @@ class DerivedTemplate(Template):
     # -- the schedule ------------------------------------------------------------------------------
     def schedule(self, sch: Any, workload: Workload, params: dict[str, Any], target: Target) -> None:
         found = self.structure(workload)
-        stages = _stages(sch, keep_input_stages=target.kind == "cuda" and bool(params.get("shared")))
+        stages = _stages(sch, keep_input_stages=target.kind != "cuda" or bool(params.get("shared")))
         if target.kind == "cuda":
             _schedule_cuda(sch, stages, found, params)
         else:
@@ -312,9 +312,10 @@ class _Stages:
     after: list[Any]
     """Stages after it (they read what it produced), in order; the last is the output."""
     kept: list[Any]
-    """Element-wise stages reading only inputs that feed the main one, kept for its shared-memory
-    copies to absorb (a convolution's padding): inlined into the main stage instead, their
-    guard would leave TVM unable to bound the copy's footprint."""
+    """Element-wise stages reading only inputs that feed the main one (a convolution's padding):
+    inlined into the main stage, their guard would sit in its innermost loop (no vector loads on
+    the CPU) and leave TVM unable to bound a shared-memory copy's footprint (CUDA). The CPU
+    computes them per parallel tile; CUDA's shared-memory copies absorb them."""
 
 
 def _stages(sch: Any, keep_input_stages: bool = False) -> _Stages:
@@ -441,6 +442,8 @@ def _schedule_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str,
         for writer in writers:
             _vectorize_last(sch, writer, anchor, vector)
     _move_before(sch, stages, parallel, None)
+    for kept in stages.kept:  # the padded input of each parallel tile, made before its loops read it
+        sch.compute_at(kept, parallel)
     if reductions:
         sch.decompose_reduction(block, middle[first_reduction])
 
