@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from .class_args import Validator, validator_for
 
@@ -31,6 +32,11 @@ class Registered:
     """The pip extra it needs beyond the package's dependencies (``pip install 'nni-opevo[extra]'``)."""
     layer: bool = True
     """Whether a network's layers may be tuned by it (``NetworkTuner``'s ``tuner`` classArg)."""
+    contract: str = "population"
+    """Which guarantees of the shared contract it gives (``testing.contract``): ``population``,
+    ``view`` (NNI's built-ins, which may repeat themselves) or ``network``."""
+    quick: dict[str, Any] = field(default_factory=dict)
+    """classArgs that keep a short run short: the contract suite's."""
 
     @property
     def class_name(self) -> str:
@@ -52,17 +58,21 @@ class Registered:
 
 TUNERS: tuple[Registered, ...] = (
     Registered("OpEvo", "nni_opevo.opevo.tuner:OpEvoTuner",
-               "OpEvo (Gao et al. 2021), screened by a surrogate or as published"),
+               "OpEvo (Gao et al. 2021), screened by a surrogate or as published",
+               quick={"parents_size": 4, "offspring_size": 4}),
     Registered("GBFS", "nni_opevo.peers.gbfs:GBFSTuner",
                "G-BFS, greedy best-first search over the topology (Zhang et al. 2019)"),
     Registered("NA2C", "nni_opevo.peers.na2c:NA2CTuner", "N-A2C, an advantage actor-critic walking the topology"),
     Registered("AutoTVM", "nni_opevo.peers.autotvm:AutoTVMTuner", "AutoTVM's XGBoost cost model and simulated annealing",
-               extra="xgboost"),
-    Registered("NoSE", "nni_opevo.peers.nose:NoSETuner", "NoSE, evolution screened by a k-NN surrogate (Gatopoulos et al.)"),
+               extra="xgboost", quick={"plan_size": 16, "sa_chains": 32, "sa_steps": 60}),
+    Registered("NoSE", "nni_opevo.peers.nose:NoSETuner", "NoSE, evolution screened by a k-NN surrogate (Gatopoulos et al.)",
+               quick={"population_size": 16}),
     Registered("ChoiceView", "nni_opevo.peers.choice_view:ChoiceViewTuner",
-               "NNI's built-in tuners (TPE, Random, ...) on spaces with factor, perm and discrete", layer=False),
+               "NNI's built-in tuners (TPE, Random, ...) on spaces with factor, perm and discrete", layer=False,
+               contract="view", quick={"tuner": "TPE", "tuner_args": {"optimize_mode": "maximize"}}),
     Registered("Network", "nni_opevo.network.tuner:NetworkTuner",
-               "every layer of a network in one experiment, one tuner per layer", layer=False),
+               "every layer of a network in one experiment, one tuner per layer", layer=False, contract="network",
+               quick={"tuner_args": {"parents_size": 4, "offspring_size": 4}}),
 )
 BY_NAME = {t.name: t for t in TUNERS}
 

@@ -1,104 +1,15 @@
-"""The constraint hook on every tuner: a configuration the constraint refuses never becomes a
-trial, is learnt as a failure and never proposed again; a tuner still ends with
-NoMoreTrialError once every feasible configuration is used; a constraint that misbehaves ends
-the experiment with its error. And the trial code's static check as such a constraint."""
+"""The constraint hook's classArgs, and the trial code's static check as such a constraint. What
+every tuner does with a constraint (refusals never proposed, learnt as failures, exhaustion, a
+misbehaving constraint) is the shared contract's: tests/test_contract.py."""
 from __future__ import annotations
 
-import functools
-import json
-
-import constraints
 import pytest
-from nni import NoMoreTrialError
 
-from nni_opevo import AutoTVMTuner, ChoiceViewTuner, GBFSTuner, NA2CTuner, NoSETuner, OpEvoTuner, SearchSpace, testing
+from nni_opevo import ChoiceViewTuner, OpEvoTuner, SearchSpace
 from nni_opevo.constraint import ConstraintError
-from nni_opevo.testing.landscapes import tiled_matmul
 from trial_code import constraint as trial_constraint
 from trial_code import targets, workloads
 from trial_code.templates import for_workload
-
-# Deterministic runs: the simulated clock ignores the tuners' real time, which varies with
-# the machine's load and would reorder which trial finishes first.
-drive = functools.partial(testing.drive, charge_tuner_time=False)
-
-LIMITS = {"constraint": "constraints:tiled_limits"}
-TUNERS = {
-    "OpEvo": lambda **kw: OpEvoTuner(parents_size=4, offspring_size=4, **kw),
-    "OpEvo-paper": lambda **kw: OpEvoTuner(parents_size=4, offspring_size=4, variant="paper", **kw),
-    "GBFS": lambda **kw: GBFSTuner(**kw),
-    "NA2C": lambda **kw: NA2CTuner(**kw),
-    "AutoTVM": lambda **kw: AutoTVMTuner(plan_size=16, sa_chains=32, sa_steps=60, **kw),
-    "NoSE": lambda **kw: NoSETuner(population_size=16, **kw),
-    "TPE": lambda seed=0, **kw: ChoiceViewTuner(tuner="TPE", tuner_args={"optimize_mode": "maximize", "seed": seed},
-                                                **kw),
-    "Random": lambda seed=0, **kw: ChoiceViewTuner(tuner="Random", tuner_args={"seed": seed}, **kw),
-}
-
-
-def key_of(params):
-    return json.dumps(params, sort_keys=True)
-
-
-@pytest.mark.parametrize("name", TUNERS)
-def test_an_infeasible_configuration_never_becomes_a_trial(name):
-    """About 92 % of this space breaks the launch limits; none of them may be proposed, and the
-    tuner's measurements are all of valid kernels."""
-    space, f = tiled_matmul(256, 256, 256, seed=1)
-    tuner = TUNERS[name](seed=0, **LIMITS)
-    run = drive(tuner, space, f, 80, concurrency=4, seed=0)
-    assert len(run.trials) == 80 and len({key_of(t.parameters) for t in run.trials}) == 80
-    assert all(constraints.tiled_limits(t.parameters) for t in run.trials)
-    assert all(t.result > 0 for t in run.trials), "every measured kernel is valid"
-    assert tuner.constraint.rejected > 0
-
-
-@pytest.mark.parametrize("name", [n for n in TUNERS if n not in ("TPE", "Random")])
-def test_refused_configurations_are_learnt_as_failures_and_never_proposed_again(name):
-    space, f = tiled_matmul(256, 256, 256, seed=2)
-    tuner = TUNERS[name](seed=1, **LIMITS)
-    run = drive(tuner, space, f, 60, concurrency=2, seed=1)
-    population = tuner.population
-    refused = [k for k, r in population.records.items() if r.rejected]
-    assert len(refused) == population.n_rejected > 0
-    # AutoTVM's annealer also asks about candidates it screens out of a plan, without recording them.
-    assert tuner.constraint.rejected >= population.n_rejected
-    assert all(population.records[k].evaluated and population.records[k].objective is None for k in refused)
-    proposed = {key_of(t.parameters) for t in run.trials}
-    parsed = SearchSpace(space)
-    assert not proposed & {key_of(parsed.to_trial(population.records[k].config)) for k in refused}
-    assert population.n_measured == 60
-
-
-@pytest.mark.parametrize("name", TUNERS)
-def test_exhaustion_with_a_constraint_ends_cleanly(name):
-    """Factor (64, 3) has 28 factorizations, 18 of them with a first entry of at most 4: exactly
-    those are proposed, then the tuner has no more trials."""
-    space = {"f": {"_type": "factor", "_value": [64, 3]}}
-    feasible = [c for c in SearchSpace(space).enumerate() if c[("f",)][0] <= 4]
-    assert len(feasible) == 18
-    tuner = TUNERS[name](seed=0, constraint="constraints:first_factor_at_most",
-                         constraint_args={"most": 4})
-    run = drive(tuner, space, lambda p: float(sum(p["f"][1:])), 40, concurrency=2, seed=0)
-    if name in ("TPE", "Random"):  # NNI's built-ins may repeat themselves; the view only filters what they pick
-        assert all(t.parameters["f"][0] <= 4 for t in run.trials)
-        return
-    assert run.exhausted and len(run.trials) == 18 == len({key_of(t.parameters) for t in run.trials})
-    assert all(t.parameters["f"][0] <= 4 for t in run.trials)
-    with pytest.raises(NoMoreTrialError):
-        tuner.generate_parameters(999)
-
-
-@pytest.mark.parametrize("name", TUNERS)
-@pytest.mark.parametrize("function,message", [
-    ("raises", "the constraint constraints:raises raised KeyError: 'no such knob'"),
-    ("not_a_bool", "the constraint constraints:not_a_bool must return True or False, returned 'yes'"),
-])
-def test_a_misbehaving_constraint_stops_the_tuner_with_its_error(name, function, message):
-    tuner = TUNERS[name](seed=0, constraint=f"constraints:{function}")
-    tuner.update_search_space({"f": {"_type": "factor", "_value": [64, 3]}})
-    with pytest.raises(ConstraintError, match=message):
-        tuner.generate_parameters(0)
 
 
 @pytest.mark.parametrize("class_args,message", [

@@ -20,8 +20,8 @@ from nni_opevo import (
     NA2CTuner,
     NoSEClassArgsValidator,
     NoSETuner,
-    OpEvoTuner,
     catalog,
+    registry,
     testing,
 )
 from nni_opevo.fitness import Fitness
@@ -31,20 +31,13 @@ from nni_opevo.peers.diversity import diverse_batch
 from nni_opevo.peers.knn import KnnSurrogate
 from nni_opevo.population import Population
 from nni_opevo.space.search_space import SearchSpace
+from nni_opevo.testing import contract
 from nni_opevo.testing.landscapes import tiled_matmul
 
 # Deterministic runs: the simulated clock ignores the tuners' real time, which varies with
 # the machine's load and would reorder which trial finishes first.
 drive = functools.partial(testing.drive, charge_tuner_time=False)
 
-NATIVE = {
-    "OpEvo": lambda **kw: OpEvoTuner(parents_size=4, offspring_size=4, **kw),
-    "OpEvo-paper": lambda **kw: OpEvoTuner(parents_size=4, offspring_size=4, variant="paper", **kw),
-    "GBFS": lambda **kw: GBFSTuner(**kw),
-    "NA2C": lambda **kw: NA2CTuner(**kw),
-    "AutoTVM": lambda **kw: AutoTVMTuner(plan_size=16, sa_chains=32, sa_steps=60, **kw),
-    "NoSE": lambda **kw: NoSETuner(population_size=16, **kw),
-}
 ROOT = Path(__file__).resolve().parent.parent
 MIXED = {
     "f": {"_type": "factor", "_value": [64, 3]},
@@ -52,6 +45,9 @@ MIXED = {
     "c": {"_type": "choice", "_value": [{"_name": "a"}, {"_name": "b", "u": {"_type": "randint", "_value": [0, 4]}}]},
     "q": {"_type": "quniform", "_value": [0, 3, 0.5]},
 }
+NATIVE = [r for r in registry.TUNERS if r.contract == "population"]
+"""The package's own search algorithms, as the registry declares them (the shared behaviour they
+all keep is ``nni_opevo.testing.contract``'s, run by tests/test_contract.py)."""
 
 
 def key_of(params):
@@ -62,43 +58,8 @@ def distinct(run):
     return len({key_of(t.parameters) for t in run.trials})
 
 
-# ------------------------------------------------------------------ shared behaviour
-
-
-@pytest.mark.parametrize("name", NATIVE)
-def test_no_repeats_valid_configs_and_failures_tolerated(name):
-    space, f = tiled_matmul(256, 256, 256, seed=1)
-    outcomes = iter([None, float("nan"), "oops", {"default": 1.0}] * 100)
-
-    def flaky(params):  # every other trial a failure of some kind
-        return f(params) if len(seen) % 2 else next(outcomes)
-
-    seen: list = []
-    wrapped = lambda p: (seen.append(p), flaky(p))[1]  # noqa: E731
-    run = drive(NATIVE[name](seed=0), space, wrapped, 120, concurrency=4, seed=0)
-    parsed = SearchSpace(space)
-    assert len(run.trials) == 120 == distinct(run) and not run.exhausted
-    assert all(parsed.contains(parsed.from_trial(t.parameters)) for t in run.trials)
-
-
-@pytest.mark.parametrize("name", NATIVE)
-def test_nested_mixed_space_is_exhausted_cleanly(name):
-    small = {**MIXED, "f": {"_type": "factor", "_value": [16, 2]}, "q": {"_type": "quniform", "_value": [0, 1, 0.5]}}
-    size = SearchSpace(small).size  # 5 factorizations x 6 orders x 5 options x 3 grid points
-    assert size == 5 * 6 * 5 * 3
-    run = drive(NATIVE[name](seed=1), small, lambda p: float(p["f"][0] + p["q"]), 1000, concurrency=3, seed=1)
-    assert run.exhausted and len(run.trials) == size == distinct(run)
-
-
-@pytest.mark.parametrize("name", NATIVE)
-def test_same_seed_same_proposals(name):
-    space, f = tiled_matmul(256, 256, 256, seed=2)
-    runs = [drive(NATIVE[name](seed=5), space, f, 60, concurrency=4, seed=3, charge_tuner_time=False) for _ in range(2)]
-    assert [t.parameters for t in runs[0].trials] == [t.parameters for t in runs[1].trials]
-
-
-@pytest.mark.parametrize("name", NATIVE)
-def test_minimize_mode_finds_a_low_point(name):
+@pytest.mark.parametrize("registered", NATIVE, ids=lambda r: r.name)
+def test_minimize_mode_finds_a_low_point(registered):
     """A bowl over 64^3 grid points, minimized: at least HITS of the 19 points within distance
     sqrt(2) of the bottom are measured in 400 trials. Random search (400 distinct points of
     262,144) gets that many with the probability computed below."""
@@ -108,27 +69,9 @@ def test_minimize_mode_finds_a_low_point(name):
     near = 19  # the bottom, its 6 axis neighbours and 12 diagonal ones
     budget, hits = 400, 3
     assert hypergeometric_tail(hits, 64**3, near, budget) < ALPHA
-    run = drive(NATIVE[name](optimize_mode="minimize", seed=0), space, bowl, budget, concurrency=2, seed=0)
+    tuner = contract.factory(registered)(seed=0, optimize_mode="minimize")
+    run = drive(tuner, space, bowl, budget, concurrency=2, seed=0)
     assert sum(t.result <= 3.0 for t in run.trials) >= hits
-
-
-@pytest.mark.parametrize("name", NATIVE)
-def test_unknown_ids_customized_trials_and_import(name):
-    tuner = NATIVE[name](seed=0)
-    tuner.update_search_space(MIXED)
-    a = tuner.generate_parameters(0)
-    tuner.trial_end(99, False)  # unknown id
-    tuner.trial_end(0, True)  # mismatched (#5726): provisionally a failure
-    tuner.receive_trial_result(0, a, 3.0)  # the real result still counts
-    custom = {"f": [4, 4, 4], "p": [2, 1, 0], "c": {"_name": "a"}, "q": 1.5}
-    tuner.receive_trial_result(77, custom, 10.0)
-    tuner.receive_trial_result(78, {"f": [3, 3, 3]}, 50.0)  # off the space: ignored
-    assert tuner.population.best()[1] == 10.0
-    tuner.import_data([{"parameter": {**custom, "q": 2.0}, "value": {"default": 20.0}}])
-    assert tuner.population.best()[1] == 20.0
-    proposals = [tuner.generate_parameters(i) for i in range(1, 40)]
-    assert key_of(custom) not in {key_of(p) for p in proposals}
-    assert len({key_of(p) for p in proposals} | {key_of(a)}) == 40
 
 
 # ------------------------------------------------------------------ G-BFS
