@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -29,6 +28,7 @@ from trial_code.cli import add_number
 from trial_code.evaluate import Limits
 from trial_code.workloads import named_or_operator
 
+from .machine import describe
 from .objectives import Live
 from .runner import Plan, run
 from .table import read_rows
@@ -69,18 +69,9 @@ def main(argv: list[str] | None = None) -> None:
         (args.out / "run.json").write_text(json.dumps({
             "command": " ".join(["nni-opevo operators", *(argv if argv is not None else sys.argv[1:])]),
             "started": started, "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": _machine(), "budget": args.budget, "seeds": args.seeds}, indent=2) + "\n")
+            "machine": describe(), "budget": args.budget, "seeds": args.seeds}, indent=2) + "\n")
     (args.out / "README.md").write_text(readme(args.out))
     print(f"operators: {args.out / 'README.md'}", flush=True)
-
-
-def _machine() -> str:
-    try:
-        with open("/proc/cpuinfo") as handle:
-            cpu = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or platform.machine()
-    return f"{cpu}, {targets.cpu_threads()} cores, Python {platform.python_version()}"
 
 
 def _best(rows: list[dict[str, str]], workload: str, tuner: str, trials: int) -> list[float]:

@@ -252,8 +252,6 @@ def paired_table(runs: Runs, optima: dict[str, float], budgets: list[int]) -> st
     against ``BASELINE`` in each cell: the mean difference of the fractions ± its standard error,
     and the two-sided Wilcoxon signed-rank p-value (``scipy.stats.wilcoxon``; 1 when every pair
     ties). These are the figures the decisions quote, so a reader regenerates them from a CSV."""
-    from scipy.stats import wilcoxon
-
     cells: dict[str, dict[tuple[str, int], dict[str, float]]] = {}
     for workload, tuners in sorted(runs.items()):
         if workload not in optima:
@@ -275,15 +273,24 @@ def paired_table(runs: Runs, optima: dict[str, float], budgets: list[int]) -> st
               "| tuner | cell | seeds | difference | p |", "|---|---|---|---|---|"]
     for tuner in sorted(t for t in cells if t != BASELINE):
         for cell in sorted(cells[tuner]):
-            ours, theirs = cells[BASELINE].get(cell, {}), cells[tuner][cell]
-            common = sorted(set(ours) & set(theirs))
-            if len(common) < 2:
-                continue
-            diff = np.array([ours[s] - theirs[s] for s in common])
-            p = 1.0 if not np.any(diff) else float(wilcoxon(diff, zero_method="zsplit").pvalue)
-            lines.append(f"| {tuner} | {cell[0]} after {cell[1]} | {len(common)} | {diff.mean():+.4f} ± "
-                         f"{sample_std(diff) / math.sqrt(len(diff)):.4f} | {p:.3g} |")
+            columns = paired(cells[BASELINE].get(cell, {}), cells[tuner][cell])
+            if columns is not None:
+                lines.append(f"| {tuner} | {cell[0]} after {cell[1]} | {columns} |")
     return "\n".join(lines) + "\n"
+
+
+def paired(ours: dict[str, float], theirs: dict[str, float]) -> str | None:
+    """``seeds | mean ± standard error | p`` of ``ours`` minus ``theirs`` (seed -> value) over the
+    seeds both ran, None under two: the two-sided Wilcoxon signed-rank p-value from
+    ``scipy.stats.wilcoxon``, 1 when every pair ties."""
+    from scipy.stats import wilcoxon
+
+    common = sorted(set(ours) & set(theirs))
+    if len(common) < 2:
+        return None
+    diff = np.array([ours[s] - theirs[s] for s in common])
+    p = 1.0 if not np.any(diff) else float(wilcoxon(diff, zero_method="zsplit").pvalue)
+    return f"{len(common)} | {diff.mean():+.4f} ± {sample_std(diff) / math.sqrt(len(diff)):.4f} | {p:.3g}"
 
 
 def plot_fractions(runs: Runs, optima: dict[str, float], out: Path) -> list[Path]:
