@@ -42,13 +42,18 @@ setup(
         "bench": ["matplotlib>=3.7"],
         # Kernel Tuner's own strategies as peers on brute-forced caches (nni_opevo_bench/kernel_tuner_strategies.py).
         "kerneltuner": ["kernel_tuner>=1.3"],
-        # The tests also run NNI's Anneal through ChoiceView (hyperopt), a tiny benchmark, and the
+        # Optuna's TPE, GP and CMA-ES samplers as peers on brute-forced caches (nni_opevo_bench/optuna_peers.py);
+        # GP needs torch, CMA-ES the cmaes package.
+        "optuna": ["optuna>=5.0,<6", "cmaes>=0.11"],
+        # The tests also run NNI's Anneal through ChoiceView (hyperopt), a tiny benchmark with Kernel
+        # Tuner's and Optuna's samplers (Optuna's GP only where torch is installed), and the
         # web UI in Debian's chromium through Playwright (its own browser downloads are not used).
         # pytest 9.2 no longer calls pytest-xdist 3.8's undecorated collection hook, so
         # `--dist loadgroup` ignores xdist_group and tests/conftest.py's lanes fall apart (two
         # NNI experiments at once, a module fixture set up on both workers): pytest < 9.2.
         "test": ["pytest>=8,<9.2", "pytest-xdist>=3.5", "hypothesis>=6", "xgboost-cpu>=2.1", "hyperopt>=0.2.7",
-                 "matplotlib>=3.7", "playwright>=1.40", "ruff>=0.6", "kernel_tuner>=1.3"],
+                 "matplotlib>=3.7", "playwright>=1.40", "ruff>=0.6", "kernel_tuner>=1.3", "optuna>=5.0,<6",
+                 "cmaes>=0.11"],
         # The trial code builds kernels with TVM; apache-tvm-ffi 0.1.15.post2 segfaults in
         # save_json / MetaSchedule, so it is pinned.
         "tvm": ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1"],

@@ -8,5 +8,6 @@ COMMANDS = {
     "overhead": ("nni_opevo_bench.overhead", "time and memory of each tuner's calls against history size"),
     "fingerprint": ("nni_opevo_bench.fingerprint", "record or check the hash of every tuner's proposals"),
     "campaign": ("nni_opevo_bench.campaign", "the GPU campaign: correctness, vendor anchors, comparison, throughput"),
+    "hub": ("nni_opevo_bench.hub", "every tuner on the brute-forced spaces: 1 and 8 in flight, constrained and free"),
     "operators": ("nni_opevo_bench.operators", "users' operators on the CPU against MetaSchedule and their libraries"),
 }

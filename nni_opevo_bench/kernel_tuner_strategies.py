@@ -14,6 +14,11 @@ evaluations are read in order, each configuration counted once (a strategy that 
 configuration gets the cached result for free, as in Kernel Tuner), and looked up in the same
 ``tuning_cache``. Some strategies stop before the budget; their run is then shorter.
 
+Run without the restrictions (``constrained=False``, a user with no static check), a strategy
+searches the whole grid, and a restricted configuration is a failure that costs an evaluation:
+the private copy of the cache records each as ``InvalidConfig``, which Kernel Tuner serves as an
+evaluation that failed (its simulation mode refuses a configuration absent from the cache).
+
 Kernel Tuner is an optional dependency: ``pip install -e '.[kerneltuner]'``.
 """
 from __future__ import annotations
@@ -21,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import itertools
+import json
 import os
 import shutil
 import tempfile
@@ -65,32 +72,43 @@ def check(spec: str) -> None:
         raise ValueError(f"unknown Kernel Tuner strategy {name!r}; known: {', '.join(sorted(strategy_map))}")
 
 
-def _plain_json(cache: TuningCache, folder: str) -> str:
-    """Kernel Tuner reads only a plain ``.json`` cache, and appends to one it opens: a private copy."""
-    path = os.path.join(folder, f"{cache.name}.json")
-    if not os.path.exists(path):
-        opener = gzip.open if cache.path.endswith(".gz") else open
+def _plain_json(cache: TuningCache, folder: str, constrained: bool) -> str:
+    """Kernel Tuner reads only a plain ``.json`` cache, and appends to one it opens: a private
+    copy; unconstrained, with every restricted configuration of the grid recorded as invalid."""
+    path = os.path.join(folder, "cache.json")
+    opener = gzip.open if cache.path.endswith(".gz") else open
+    if constrained:
         with opener(cache.path, "rb") as source, open(path, "wb") as copy:
             shutil.copyfileobj(source, copy)
+        return path
+    with opener(cache.path, "rt") as source:
+        data = json.load(source)
+    for values in itertools.product(*(cache.values[k] for k in cache.keys)):
+        if values not in cache.entries:
+            data["cache"][",".join(map(str, values))] = {
+                **dict(zip(cache.keys, values)), "time": "InvalidConfig", "compile_time": 0.0,
+                "verification_time": 0.0, "benchmark_time": 0.0, "strategy_time": 0.0, "framework_time": 0.0}
+    with open(path, "w") as copy:
+        json.dump(data, copy)
     return path
 
 
-def run(cache: TuningCache, spec: str, seed: int, budget: int) -> list[Evaluation]:
+def run(cache: TuningCache, spec: str, seed: int, budget: int, constrained: bool = True) -> list[Evaluation]:
     """The distinct configurations the strategy evaluated, in order, at most ``budget``."""
     kernel_tuner = import_kernel_tuner()
     from constraint import FunctionConstraint
     from kernel_tuner import util
 
     with tempfile.TemporaryDirectory(prefix="nni-opevo-kt-") as folder:
-        path = _plain_json(cache, folder)
+        path = _plain_json(cache, folder, constrained)
         recorded = util.read_cache(path, open_cache=False)
         args = util.infer_args_from_cache(recorded)
         measured = {tuple(record[k] for k in recorded["tune_params_keys"]) for record in recorded["cache"].values()}
-        restriction = FunctionConstraint(lambda *values: values in measured)
+        restrictions = [FunctionConstraint(lambda *values: values in measured)] if constrained else None
         # Kernel Tuner prints its progress, and warns that a cache names no thread-block sizes.
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            results, _ = kernel_tuner.tune_kernel(**args, cache=path, restrictions=[restriction], simulation_mode=True,
+            results, _ = kernel_tuner.tune_kernel(**args, cache=path, restrictions=restrictions, simulation_mode=True,
                                                   strategy=spec.removeprefix(PREFIX),
                                                   strategy_options={"max_fevals": budget}, seed=seed,
                                                   quiet=True, verbose=False)

@@ -157,25 +157,29 @@ class Recorded(Objective):
 
 
 class Cache(Objective):
-    """A Kernel Tuner cache (``tuning_cache``): the score of a configuration is a look-up, a
-    restricted configuration is ruled out by the constraint every tuner is given, and the
-    trial's seconds are what compiling, verifying and timing it cost on the real GPU. The
-    score goes to the report's TFLOPS column as GFLOP/s / 1000 (or 1/time where the cache has
-    no GFLOP/s); results read as a fraction of ``optimum``."""
+    """A Kernel Tuner cache (``tuning_cache``): the score of a configuration is a look-up, and the
+    trial's seconds are what compiling, verifying and timing it cost on the real GPU. The score
+    goes to the report's TFLOPS column as GFLOP/s / 1000 (or 1/time where the cache has no
+    GFLOP/s); results read as a fraction of ``optimum``. ``constrained``: every tuner is given the
+    kernel's restrictions as its constraint and never measures a restricted configuration;
+    without it (a user with no static check) a restricted configuration is a failed trial
+    (status ``RESTRICTED``) that costs an evaluation and ``restricted_seconds``."""
 
     kind = "cache"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, constrained: bool = True) -> None:
         self.cache = tuning_cache.load(path)
-        self.constraint = {"constraint": "nni_opevo_bench.tuning_cache:feasible", "constraint_args": {"cache": path}}
+        self.constrained = constrained
+        self.constraint = {"constraint": "nni_opevo_bench.tuning_cache:feasible",
+                           "constraint_args": {"cache": path}} if constrained else {}
         self.optimum = self.cache.optimum / 1e3
         super().__init__(self.cache.name, f"{self.cache.kernel} on {self.cache.device or 'an unnamed GPU'}",
                          self.cache.space)
 
     def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
         entry = self.cache.entries.get(self.cache.key(params))
-        if entry is None:  # the constraint keeps tuners from this; a tuner that ignores it pays a trial
-            return {"default": 0.0, "status": "RESTRICTED", "seconds": 0.0}
+        if entry is None:  # constrained, the constraint keeps tuners from this; a tuner that ignores it pays a trial
+            return {"default": 0.0, "status": "RESTRICTED", "seconds": self.cache.restricted_seconds}
         if entry.score is None:
             return {"default": 0.0, "status": entry.status, "seconds": entry.seconds}
         return {"default": entry.score / 1e3, "status": "NO_ERROR", "seconds": entry.seconds}

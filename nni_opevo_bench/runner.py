@@ -4,7 +4,8 @@ A run (objective, tuner, seed) with rows already in the CSV is not redone: a com
 skipped, and an interrupted one is resumed, its tuner rebuilt from those rows through
 ``import_data`` (as ``nnictl resume`` would) and driven for the rest of the budget.
 
-NNI tuners (catalog names) are driven through NNI's calls (``nni_opevo.testing``) and get the
+NNI tuners (catalog names), and Optuna's samplers behind an NNI tuner (``optuna:<sampler>``,
+``optuna_peers``), are driven through NNI's calls (``nni_opevo.testing``) and get the
 objective's constraint as classArgs. Kernel Tuner's strategies (``kt:<name>``, on a cache
 objective) run in Kernel Tuner itself (``kernel_tuner_strategies``), one evaluation at a time
 on the simulated clock; an interrupted one is run again with its seed (Kernel Tuner cannot be
@@ -27,7 +28,7 @@ from nni_opevo import catalog
 from nni_opevo.testing import Trial, drive
 from trial_code import networks
 
-from . import kernel_tuner_strategies, metaschedule, network_end_to_end
+from . import kernel_tuner_strategies, metaschedule, network_end_to_end, optuna_peers
 from .objectives import Cache, Live, Network, Objective, config_key
 from .table import read_rows
 
@@ -139,6 +140,8 @@ def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: lis
     if objective.layers:  # a network: one tuner per layer behind the network tuner, weighted by the layers' counts
         weights = {layer.name: layer.count for layer in objective.layers}
         tuner = catalog.build_network(tuner_spec, weights, seed, extra=objective.constraint)
+    elif optuna_peers.is_peer(tuner_spec):
+        tuner = optuna_peers.build(tuner_spec, seed, extra=objective.constraint)
     else:
         tuner = catalog.build(tuner_spec, seed, extra=objective.constraint)
     history = [{"parameter": json.loads(r["configuration"]), "value": objective.recorded(r)} for r in rows]
@@ -191,7 +194,7 @@ def _one_kernel_tuner(plan: Plan, objective: Objective, spec: str, seed: int, do
         raise ValueError(f"{spec}: Kernel Tuner's strategies run on cache objectives only, not {objective.kind}")
     started = time.time()
     clock, best = 0.0, 0.0
-    evaluations = kernel_tuner_strategies.run(objective.cache, spec, seed, plan.budget)
+    evaluations = kernel_tuner_strategies.run(objective.cache, spec, seed, plan.budget, objective.constrained)
     for index, evaluation in enumerate(evaluations):
         report = objective(evaluation.parameters)
         begin, clock = clock + evaluation.strategy_ms / 1e3, clock + evaluation.strategy_ms / 1e3 + report["seconds"]

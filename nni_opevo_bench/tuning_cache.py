@@ -9,12 +9,17 @@ kernel's restrictions, each compiled and timed on real hardware. Read as a tunin
 * a configuration missing from the cache broke the kernel's restrictions: ``feasible`` says so,
   and is what a tuner's ``constraint`` classArg names (``nni_opevo_bench.tuning_cache:feasible`` with
   ``constraint_args: {cache: <path>}``), so restricted configurations never cost an evaluation,
-  as Kernel Tuner's own strategies are told them;
+  as Kernel Tuner's own strategies are told them; a tuner run without the constraint (a user with
+  no static check) pays an evaluation for one instead, as long as ``restricted_seconds`` (the
+  kernel is compiled before it fails);
 * a recorded failure (a string such as "InvalidConfig" where the time should be) is a failed
   trial;
 * the score is GFLOP/s where the cache records it, else 1/time (every configuration of a cache
   does the same work, so the two rank alike); ``optimum`` is the best score of the whole cache,
   so a tuner's result reads as a fraction of the brute-forced optimum.
+
+A cache is named by its folder and file (``gemm/RTX_3090``): the hub's files repeat their names
+across kernels.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import gzip
 import json
 import math
 import os
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +41,7 @@ class Entry:
     score: float | None  # None: a recorded failure
     seconds: float  # compile + verify + benchmark, what measuring it cost
     status: str
+    compile_seconds: float
 
 
 @dataclass(frozen=True)
@@ -72,15 +79,22 @@ class TuningCache:
     def grid_size(self) -> int:
         return math.prod(len(v) for v in self.values.values())
 
+    @functools.cached_property
+    def restricted_seconds(self) -> float:
+        """What trying a restricted configuration costs: the median compile time of the cache's
+        configurations (the kernel is built before its launch fails)."""
+        return statistics.median(e.compile_seconds for e in self.entries.values())
+
 
 def _entry(record: dict[str, Any]) -> Entry:
     seconds = sum(float(record.get(k) or 0.0) for k in ("compile_time", "verification_time", "benchmark_time")) / 1e3
+    compile_seconds = float(record.get("compile_time") or 0.0) / 1e3
     time = record.get("time")
     if not isinstance(time, (int, float)) or isinstance(time, bool) or not math.isfinite(time) or time <= 0:
-        return Entry(None, seconds, str(time))
+        return Entry(None, seconds, str(time), compile_seconds)
     gflops = record.get("GFLOP/s")
     score = float(gflops) if isinstance(gflops, (int, float)) and not isinstance(gflops, bool) else 1.0 / float(time)
-    return Entry(score, seconds, "NO_ERROR")
+    return Entry(score, seconds, "NO_ERROR", compile_seconds)
 
 
 @functools.cache
@@ -96,7 +110,8 @@ def load(path: str) -> TuningCache:
     entries = {}
     for record in data["cache"].values():
         entries[tuple(record[k] for k in keys)] = _entry(record)
-    name = os.path.basename(path).removesuffix(".gz").removesuffix(".json")
+    folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    name = f"{folder}/{os.path.basename(path).removesuffix('.gz').removesuffix('.json')}"
     return TuningCache(path, name, str(data.get("device_name") or ""), str(data.get("kernel_name") or ""), keys,
                        {k: list(data["tune_params"][k]) for k in keys}, entries)
 

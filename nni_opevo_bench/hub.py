@@ -1,0 +1,289 @@
+"""The whole table on brute-forced GPU tuning spaces: every space, one and eight trials at a time,
+with and without the constraint, every tuner (``nni-opevo hub``).
+
+    nni-opevo hub --out docs/results/benchmark-hub                 # runs what is missing, then the README
+    nni-opevo hub --out docs/results/benchmark-hub --report-only   # the README again from fractions.csv
+
+A slice is a concurrency (trials in flight: 8 proposals are out before the first result returns,
+as NNI's dispatcher does) and a mode: ``constrained`` gives every tuner the kernel's restrictions
+(ours through the constraint hook, Kernel Tuner's natively, Optuna's through the adapter), ``free``
+gives none, so a restricted configuration is a failed trial that costs an evaluation, as it does a
+user with no static check (``objectives.Cache``). Each (slice, space) is one job: every tuner and
+seed through the runner, rows in ``<out>/<slice>/<folder>/<file>.csv`` (resumable: the same
+command carries on where it stopped), jobs spread over ``--workers`` processes.
+
+Kernel Tuner's strategies evaluate one configuration at a time by design, so they run in the
+concurrency-1 slices and the concurrency-8 slices compare OpEvo against those same runs (marked
+``†``): a peer that waits for every result before its next proposal.
+
+The report condenses the rows into ``fractions.csv`` (slice, space, tuner, seed, budget: the best
+found as a fraction of the space's optimum; committed, so the README is regenerated without the
+rows) and writes ``README.md``: per slice, OpEvo's mean and worst seed against the best other
+tuner's mean in each cell (space x budget), the count of cells OpEvo leads, every tuner's mean over
+the slice's cells, and OpEvo paired seed by seed with the best other tuner of each cell.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trial_code import targets
+from trial_code.cli import add_number, bounded
+
+from . import kernel_tuner_strategies, optuna_peers
+from .machine import describe
+from .objectives import Cache
+from .report import fraction_at, group, paired
+from .runner import Plan, run
+from .table import read_rows
+
+HUB = Path("../shared/data/benchmark_hub")
+"""Where the hub's cache files are, from the repository root."""
+BASELINE = "opevo"
+TUNERS = ["opevo", "gbfs", "na2c", "autotvm", "nose", "tpe", "random", "optuna:tpe", "optuna:gp", "optuna:cmaes",
+          *(f"kt:{s}" for s in kernel_tuner_strategies.STRATEGIES)]
+CONCURRENCIES = (1, 8)
+MODES = ("constrained", "free")
+BUDGETS = (25, 50, 100, 200)
+FRACTIONS = "fractions.csv"
+SEQUENTIAL = "†"
+"""Marks a tuner of a concurrency-8 slice whose runs are those of the concurrency-1 slice."""
+
+
+@dataclass(frozen=True)
+class Slice:
+    concurrency: int
+    mode: str
+
+    @property
+    def name(self) -> str:
+        return f"c{self.concurrency}-{self.mode}"
+
+    @classmethod
+    def parse(cls, name: str) -> Slice:
+        concurrency, _, mode = name.removeprefix("c").partition("-")
+        return cls(int(concurrency), mode)
+
+
+def space_name(path: Path) -> str:
+    """``gemm/RTX_3090`` for ``.../gemm/RTX_3090.json.gz`` (the hub's files repeat names across folders)."""
+    return f"{path.parent.name}/{path.name.removesuffix('.gz').removesuffix('.json')}"
+
+
+def _job(path: str, piece: Slice, tuners: list[str], seeds: int, budget: int, out: str) -> str:
+    """One (slice, space): every tuner and seed; returns the space's name."""
+    objective = Cache(path, constrained=piece.mode == "constrained")
+    csv_path = Path(out) / piece.name / f"{space_name(Path(path))}.csv"
+    run(Plan([objective], tuners, list(range(seeds)), budget, piece.concurrency), csv_path, progress=False)
+    return objective.workload
+
+
+def _tuners_of(piece: Slice, tuners: list[str]) -> list[str]:
+    if piece.concurrency == 1:
+        return tuners
+    return [t for t in tuners if not kernel_tuner_strategies.is_strategy(t)]
+
+
+def condense(out: Path, slices: list[Slice], budgets: list[int], optima: dict[str, float]) -> None:
+    """Every run's fraction of the optimum at each budget into ``fractions.csv``."""
+    lines = []
+    for piece in slices:
+        for csv_path in sorted((out / piece.name).glob("*/*.csv")):
+            for workload, tuners in sorted(group(read_rows(csv_path)).items()):
+                for tuner, seeds in sorted(tuners.items()):
+                    for seed, rows in sorted(seeds.items(), key=lambda item: int(item[0])):
+                        for b in budgets:
+                            lines.append([piece.name, workload, tuner, seed, b,
+                                          f"{fraction_at(rows, b, optima[workload]):.6f}"])
+    with open(out / FRACTIONS, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["slice", "space", "tuner", "seed", "budget", "fraction"])
+        writer.writerows(lines)
+
+
+Cells = dict[str, dict[tuple[str, int], dict[str, dict[str, float]]]]
+"""slice -> (space, budget) -> tuner -> seed -> fraction."""
+
+
+def read_fractions(path: Path) -> Cells:
+    cells: Cells = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
+    for row in read_rows(path):
+        cells[row["slice"]][(row["space"], int(row["budget"]))][row["tuner"]][row["seed"]] = float(row["fraction"])
+    for name, table in list(cells.items()):  # the sequential peers' runs stand in the concurrency-8 slices
+        piece = Slice.parse(name)
+        if piece.concurrency != 1:
+            continue
+        for other in [n for n in list(cells) if Slice.parse(n).mode == piece.mode and Slice.parse(n).concurrency > 1]:
+            for cell, tuners in table.items():
+                for tuner, seeds in tuners.items():
+                    if kernel_tuner_strategies.is_strategy(tuner) and cell in cells[other]:
+                        cells[other][cell][tuner + SEQUENTIAL] = seeds
+    return cells
+
+
+def _mean(seeds: dict[str, float]) -> float:
+    return float(np.mean(list(seeds.values())))
+
+
+def slice_report(name: str, table: dict[tuple[str, int], dict[str, dict[str, float]]]) -> tuple[list[str], dict]:
+    """The slice's table of cells and its summary figures."""
+    spaces = sorted({space for space, _ in table})
+    budgets = sorted({b for _, b in table})
+    lines = ["| space | " + " | ".join(f"after {b}" for b in budgets) + " |", "|---|" + "---|" * len(budgets)]
+    led, paired, counted = 0, [], 0
+    for space in spaces:
+        cells = []
+        for b in budgets:
+            tuners = table.get((space, b), {})
+            if BASELINE not in tuners:
+                cells.append("-")
+                continue
+            others = {t: _mean(s) for t, s in tuners.items() if t != BASELINE}
+            ours = tuners[BASELINE]
+            best = max(others, key=others.get) if others else None
+            mean = _mean(ours)
+            counted += 1
+            wins = best is None or mean >= others[best]
+            led += wins
+            cell = f"{'**' if wins else ''}{mean:.3f}{'**' if wins else ''} ({min(ours.values()):.3f})"
+            if best is not None:
+                cell += f" / {others[best]:.3f} {best}"
+                paired.append((space, b, best, ours, tuners[best]))
+            cells.append(cell)
+        lines.append(f"| {space} | " + " | ".join(cells) + " |")
+    means = defaultdict(list)
+    for tuners in table.values():
+        for tuner, seeds in tuners.items():
+            means[tuner].append(_mean(seeds))
+    return lines, {"led": led, "cells": counted, "means": {t: float(np.mean(v)) for t, v in means.items()},
+                   "paired": paired}
+
+
+def _paired_lines(name: str, cells: list) -> list[str]:
+    lines = [f"### {name}", "", "| space | after | best other | seeds | OpEvo minus it | p |", "|---|---|---|---|---|---|"]
+    for space, b, best, ours, theirs in cells:
+        columns = paired(ours, theirs)
+        if columns is not None:
+            lines.append(f"| {space} | {b} | {best} | {columns} |")
+    return lines + [""]
+
+
+def readme(out: Path) -> str:
+    cells = read_fractions(out / FRACTIONS)
+    info = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
+    names = sorted(cells, key=lambda n: (Slice.parse(n).mode, Slice.parse(n).concurrency))
+    lines = ["# OpEvo on brute-forced GPU tuning spaces: every cell, one and eight in flight, with and without "
+             "the constraint", "",
+             "Each trial is a look-up in a Kernel Tuner cache (the hub's real kernels on real GPUs, "
+             "`../shared/data/benchmark_hub/README.md`); a cell is a space after a number of evaluations, read as "
+             "the fraction of the space's optimum found. In each cell: OpEvo's mean over seeds (its worst seed) / "
+             "the best other tuner's mean and name; bold where OpEvo's mean is at least the best other's. "
+             "`constrained`: every tuner is told the kernel's restrictions; `free`: none is, and a restricted "
+             f"configuration is a failed evaluation. {SEQUENTIAL}: Kernel Tuner's strategies evaluate one "
+             "configuration at a time; their one-at-a-time runs stand in the slices with 8 in flight.", ""]
+    if info:
+        lines += [f"Command: `{info['command']}` (from the repository root). Machine: {info['machine']}. "
+                  f"Run {info['started']} to {info['ended']}; {info['seeds']} seeds (0-{info['seeds'] - 1}) per tuner, "
+                  f"{info['budget']} evaluations per run.", ""]
+    summaries = {}
+    for name in names:
+        table_lines, summary = slice_report(name, cells[name])
+        summaries[name] = summary
+        lines += [f"## {name}: OpEvo leads {summary['led']} of {summary['cells']} cells", "", *table_lines, ""]
+    tuners = sorted({t for s in summaries.values() for t in s["means"]},
+                    key=lambda t: -np.mean([s["means"].get(t, s["means"].get(t + SEQUENTIAL, 0.0))
+                                            for s in summaries.values()]))
+    lines += ["## Every tuner's mean over a slice's cells", "", "| tuner | " + " | ".join(names) + " |",
+              "|---|" + "---|" * len(names)]
+    for tuner in tuners:
+        if tuner.endswith(SEQUENTIAL):
+            continue
+        row = []
+        for name in names:
+            means = summaries[name]["means"]
+            value = means.get(tuner, means.get(tuner + SEQUENTIAL))
+            top = max(means.values())
+            mark = SEQUENTIAL if tuner not in means and tuner + SEQUENTIAL in means else ""
+            bold = "**" if value is not None and value >= top else ""
+            row.append("-" if value is None else f"{bold}{value:.4f}{bold}{mark}")
+        lines.append(f"| {tuner} | " + " | ".join(row) + " |")
+    lines += ["", "## OpEvo paired seed by seed with each cell's best other tuner", "",
+              "OpEvo's fraction minus the other's, mean ± standard error over the seeds both ran, and the two-sided "
+              "Wilcoxon signed-rank p-value (`scipy.stats.wilcoxon`, 1 where every pair ties).", ""]
+    for name in names:
+        lines += _paired_lines(name, summaries[name]["paired"])
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="nni-opevo hub", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n", 1)[1])
+    parser.add_argument("--out", type=Path, required=True, help="folder for the rows, fractions.csv and README.md")
+    parser.add_argument("--hub", type=Path, default=HUB, help="the hub's folder of caches (<folder>/<file>.json.gz)")
+    parser.add_argument("--held-out", type=Path, nargs="*", default=[],
+                        help="further cache files, each inside a folder naming its kernel")
+    parser.add_argument("--tuners", nargs="+", default=TUNERS, help="catalog names, optuna:SAMPLER and kt:STRATEGY")
+    add_number(parser, "--seeds", int, 1, 1000, "seeds 0..N-1 per tuner and run", default=20)
+    add_number(parser, "--budget", int, 1, 100_000, "evaluations per run", default=max(BUDGETS))
+    parser.add_argument("--budgets", type=bounded(int, 1, 100_000), nargs="+", default=list(BUDGETS),
+                        help="where each run is read, 1 to 1e+05")
+    parser.add_argument("--concurrency", type=bounded(int, 1, 64), nargs="+", default=list(CONCURRENCIES),
+                        help="trials in flight, one slice each, 1 to 64")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    add_number(parser, "--workers", int, 1, 256, "jobs at a time (processes)",
+               default=targets.cpu_threads())
+    parser.add_argument("--report-only", action="store_true", help="only write README.md from fractions.csv")
+    args = parser.parse_args(argv)
+    if max(args.budgets) > args.budget:
+        parser.error(f"--budgets: {max(args.budgets)} is past --budget {args.budget}")
+    if not args.report_only:
+        paths = sorted(args.hub.glob("*/*.json.gz")) + list(args.held_out)
+        if not paths:
+            parser.error(f"--hub: no cache files (<folder>/<file>.json.gz) in {args.hub}")
+        for path in paths:
+            if not path.is_file():
+                parser.error(f"--held-out: {path} is not a file")
+        for spec in args.tuners:  # an unknown tuner fails before anything runs
+            try:
+                if kernel_tuner_strategies.is_strategy(spec):
+                    kernel_tuner_strategies.check(spec)
+                elif optuna_peers.is_peer(spec):
+                    optuna_peers.check(spec)
+                else:
+                    from nni_opevo import catalog
+
+                    catalog.class_args(spec)
+            except (ValueError, ImportError) as e:
+                parser.error(f"--tuners: {e}")
+        slices = [Slice(c, m) for m in args.modes for c in args.concurrency]
+        args.out.mkdir(parents=True, exist_ok=True)
+        started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        jobs = [(str(p.resolve()), piece, _tuners_of(piece, args.tuners)) for piece in slices for p in paths]
+        with ProcessPoolExecutor(args.workers) as pool:
+            futures = {pool.submit(_job, path, piece, tuners, args.seeds, args.budget, str(args.out)): (path, piece)
+                       for path, piece, tuners in jobs}
+            for done, future in enumerate(as_completed(futures), 1):
+                path, piece = futures[future]
+                print(f"[{done}/{len(jobs)}] {piece.name} {future.result()}", file=sys.stderr, flush=True)
+        optima = {o.workload: o.optimum for o in (Cache(str(p.resolve())) for p in paths)}
+        condense(args.out, slices, args.budgets, optima)
+        (args.out / "run.json").write_text(json.dumps({
+            "command": " ".join(["nni-opevo hub", *(argv if argv is not None else sys.argv[1:])]),
+            "started": started, "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": describe(), "budget": args.budget, "seeds": args.seeds}, indent=2) + "\n")
+    (args.out / "README.md").write_text(readme(args.out) + "\n")
+    print(f"hub: {args.out / 'README.md'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

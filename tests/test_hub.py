@@ -1,0 +1,129 @@
+"""The whole benchmark-hub table (``nni-opevo hub``): the mode without the constraint for every
+kind of tuner, Optuna's samplers behind an NNI tuner, and the command end to end on a tiny cache
+(slices, resume, the report regenerated from fractions.csv)."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from test_tuning_cache import write_cache
+
+from nni_opevo.testing import drive
+from nni_opevo_bench import hub, kernel_tuner_strategies, optuna_peers, tuning_cache
+from nni_opevo_bench.objectives import Cache
+
+pytest.importorskip("kernel_tuner")
+pytest.importorskip("optuna")
+
+RESTRICTED = {"x": 2, "y": "b", "z": 3}
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    folder = tmp_path / "hub" / "tiny_kernel"
+    folder.mkdir(parents=True)
+    return str(write_cache(folder / "GPU.json.gz"))
+
+
+def test_without_the_constraint_a_restricted_configuration_is_a_failed_evaluation(tiny):
+    objective = Cache(tiny, constrained=False)
+    assert objective.constraint == {} and objective.workload == "tiny_kernel/GPU"
+    report = objective(RESTRICTED)
+    assert report["status"] == "RESTRICTED" and report["default"] == 0.0
+    assert report["seconds"] == pytest.approx(0.5)  # the median compile time: built before it fails
+    assert Cache(tiny).constraint["constraint"] == "nni_opevo_bench.tuning_cache:feasible"
+
+
+def test_kernel_tuner_without_the_restrictions_pays_for_a_restricted_configuration(tiny):
+    cache = tuning_cache.load(tiny)
+    free = kernel_tuner_strategies.run(cache, "kt:random_sample", 0, 8, constrained=False)
+    assert len(free) == 8 and RESTRICTED in [e.parameters for e in free]
+    told = kernel_tuner_strategies.run(cache, "kt:random_sample", 0, 8)
+    assert len(told) == 7 and RESTRICTED not in [e.parameters for e in told]
+
+
+@pytest.mark.parametrize("sampler", optuna_peers.SAMPLERS)
+@pytest.mark.parametrize("constrained", [True, False])
+@pytest.mark.parametrize("concurrency", [1, 8])
+def test_optuna_samplers_run_under_the_driver_once_per_configuration(tiny, sampler, constrained, concurrency):
+    if sampler == "gp":
+        pytest.importorskip("torch")  # Optuna's GPSampler runs on PyTorch, which the test extras leave out
+    objective = Cache(tiny, constrained=constrained)
+    tuner = optuna_peers.build(f"optuna:{sampler}", 0, extra=objective.constraint)
+    run = drive(tuner, objective.space, objective, 20, concurrency, seed=0,
+                duration=lambda params, report: float(report["seconds"]))
+    configs = [json.dumps(t.parameters, sort_keys=True) for t in run.trials]
+    assert len(configs) == len(set(configs)), "no evaluation spent on a repeat"
+    assert len(configs) == (7 if constrained else 8) and run.exhausted
+    assert (json.dumps(RESTRICTED, sort_keys=True) in configs) is not constrained
+    assert max(t.result["default"] for t in run.trials) == pytest.approx(0.4)
+
+
+def test_optuna_takes_nni_types_and_refuses_factor_naming_it():
+    tuner = optuna_peers.build("optuna:tpe", 1)
+    tuner.update_search_space({"a": {"_type": "randint", "_value": [2, 5]}, "b": {"_type": "uniform", "_value": [0, 1]},
+                               "c": {"_type": "choice", "_value": ["x", 3]},
+                               "d": {"_type": "qloguniform", "_value": [1, 100, 5]},
+                               "e": {"_type": "discrete", "_value": [16, 2, 8]}})
+    for i in range(15):
+        p = tuner.generate_parameters(i)
+        assert 2 <= p["a"] < 5 and 0 <= p["b"] <= 1 and p["c"] in ("x", 3) and p["d"] % 5 == 0 and p["e"] in (2, 8, 16)
+        tuner.receive_trial_result(i, p, {"default": p["b"]})
+    with pytest.raises(ValueError, match="parameter 'f'.*not 'factor'"):
+        tuner.update_search_space({"f": {"_type": "factor", "_value": [64, 3]}})
+    with pytest.raises(ValueError, match="unknown Optuna sampler 'nope'"):
+        optuna_peers.build("optuna:nope", 0)
+
+
+def test_optuna_resumes_from_imported_results(tiny):
+    objective = Cache(tiny)
+    first = optuna_peers.build("optuna:tpe", 0, extra=objective.constraint)
+    run = drive(first, objective.space, objective, 4, 1, seed=0)
+    history = [{"parameter": t.parameters, "value": t.result} for t in run.trials]
+    second = optuna_peers.build("optuna:tpe", 0, extra=objective.constraint)
+    rest = drive(second, objective.space, objective, 10, 1, seed=0, history=history, first_id=4)
+    seen = [json.dumps(t.parameters, sort_keys=True) for t in run.trials + rest.trials]
+    assert len(seen) == len(set(seen)) == 7
+
+
+def _rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_the_hub_command_runs_every_slice_resumes_and_regenerates_its_report(tiny, tmp_path):
+    out = tmp_path / "out"
+    argv = ["--out", str(out), "--hub", str(tmp_path / "hub"), "--tuners", "opevo", "random", "optuna:tpe",
+            "kt:random_sample", "--seeds", "2", "--budget", "6", "--budgets", "3", "6", "--workers", "1"]
+    hub.main(argv)
+    for piece in ("c1-constrained", "c8-constrained", "c1-free", "c8-free"):
+        rows = _rows(out / piece / "tiny_kernel" / "GPU.csv")
+        tuners = {r["tuner"] for r in rows}
+        assert tuners == ({"opevo", "random", "optuna:tpe"} | ({"kt:random_sample"} if piece.startswith("c1") else set()))
+        assert all(r["status"] != "RESTRICTED" for r in rows) or piece.endswith("free")
+    before = (out / "README.md").read_text()
+    sizes = {p: p.stat().st_size for p in out.glob("*/*/*.csv")}
+    hub.main(argv)  # everything is in the rows: nothing runs again
+    assert {p: p.stat().st_size for p in out.glob("*/*/*.csv")} == sizes
+    fractions = _rows(out / hub.FRACTIONS)
+    assert len(fractions) == 2 * 2 * (4 + 3 + 4 + 3)  # budgets x seeds x the tuners of each slice
+    for slice_name in ("c1-constrained", "c8-constrained", "c1-free", "c8-free"):
+        assert f"## {slice_name}: OpEvo leads " in before
+    assert "| tiny_kernel/GPU | " in before
+    means = next(line for line in before.splitlines() if line.startswith("| kt:random_sample | "))
+    assert means.count(hub.SEQUENTIAL) == 2, "its one-at-a-time runs stand in the two slices with 8 in flight"
+    assert "| opevo | " in before and "Wilcoxon" in before
+    for path in out.glob("*/*/*.csv"):
+        path.unlink()
+    hub.main(argv + ["--report-only"])
+    assert (out / "README.md").read_text() == before
+
+
+def test_the_hub_command_refuses_bad_input_in_one_line(tmp_path, capsys):
+    for argv, message in ((["--tuners", "optuna:nope"], "unknown Optuna sampler"),
+                          (["--hub", str(tmp_path / "none")], "no cache files"),
+                          (["--budget", "10", "--budgets", "20"], "past --budget")):
+        with pytest.raises(SystemExit):
+            hub.main(["--out", str(tmp_path / "o"), *argv])
+        assert message in capsys.readouterr().err
