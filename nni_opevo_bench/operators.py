@@ -4,6 +4,9 @@ the library a NumPy or PyTorch user would call, and the derived MatMul against t
     nni-opevo operators --out docs/results/operators             # runs what is missing, then the README
     nni-opevo operators --out docs/results/operators --report-only
 
+The page goes to ``--out``; the rows behind it (``trials.csv``, ``library.json``, ``run.json``) to
+``--rows`` (default ``~/.cache/nni-opevo/operators``), outside the docs, which hold pages.
+
 For each operator of ``examples/operators.py`` (at its default shape) OpEvo and MetaSchedule get
 ``--budget`` measured trials per seed through the benchmark harness (``runner``: the same
 trials, checks and timing as every comparison; rows in ``trials.csv``, resumable), and the best
@@ -37,6 +40,7 @@ EXAMPLES = ("examples.operators:depthwise_conv2d", "examples.operators:matmul_bi
             "examples.operators:layer_norm", "examples.operators:matmul")
 HAND_WRITTEN = {"examples.operators:matmul": "MM_small"}
 """The derived operator -> the named workload of the same computation with a hand-written template."""
+ROWS = Path.home() / ".cache" / "nni-opevo" / "operators"
 EARLY = 64
 GOAL = 0.9
 """The derived MatMul's best over the hand-written template's, at least."""
@@ -44,12 +48,15 @@ GOAL = 0.9
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="nni-opevo operators", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for trials.csv, library.json and README.md")
+    parser.add_argument("--out", type=Path, required=True, help="folder for README.md")
+    parser.add_argument("--rows", type=Path, default=ROWS, help="folder for trials.csv, library.json and run.json "
+                                                               "(resumable)")
     add_number(parser, "--budget", int, EARLY, 4096, "trials per run", default=256)
     add_number(parser, "--seeds", int, 1, 20, "seeds per tuner", default=1)
-    parser.add_argument("--report-only", action="store_true", help="only write README.md from what --out holds")
+    parser.add_argument("--report-only", action="store_true", help="only write README.md from what --rows holds")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    args.rows.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         target, limits, seeds = targets.cpu(), Limits(), list(range(args.seeds))
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -60,17 +67,17 @@ def main(argv: list[str] | None = None) -> None:
                  Plan([Live(w, target, limits) for w in EXAMPLES], ["metaschedule"], seeds, args.budget, concurrency=2),
                  Plan([Live(w, target, limits) for w in everything], ["opevo"], seeds, args.budget, concurrency=2)]
         for plan in plans:
-            run(plan, args.out / "trials.csv", progress=sys.stderr.isatty())
+            run(plan, args.rows / "trials.csv", progress=sys.stderr.isatty())
         libraries = {}
         for spec in EXAMPLES:
             measured = anchor.measure(named_or_operator(spec), target)
             libraries[spec] = measured.to_json() if measured else None
-        (args.out / "library.json").write_text(json.dumps(libraries, indent=2) + "\n")
-        (args.out / "run.json").write_text(json.dumps({
+        (args.rows / "library.json").write_text(json.dumps(libraries, indent=2) + "\n")
+        (args.rows / "run.json").write_text(json.dumps({
             "command": " ".join(["nni-opevo operators", *(argv if argv is not None else sys.argv[1:])]),
             "started": started, "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": describe(), "budget": args.budget, "seeds": args.seeds}, indent=2) + "\n")
-    (args.out / "README.md").write_text(readme(args.out))
+    (args.out / "README.md").write_text(readme(args.rows))
     print(f"operators: {args.out / 'README.md'}", flush=True)
 
 
@@ -95,11 +102,12 @@ def _cell(values: list[float]) -> str:
     return f"{middle:.1f}" if len(values) == 1 else f"{middle:.1f} ({min(values):.1f}-{max(values):.1f})"
 
 
-def readme(out: Path) -> str:
+def readme(rows_folder: Path) -> str:
     """The page: one table of the operators, one line on the derived MatMul, the command and machine."""
-    rows = read_rows(out / "trials.csv")
-    run_info: dict[str, Any] = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
-    libraries = json.loads((out / "library.json").read_text()) if (out / "library.json").exists() else {}
+    rows = read_rows(rows_folder / "trials.csv")
+    run_file, library_file = rows_folder / "run.json", rows_folder / "library.json"
+    run_info: dict[str, Any] = json.loads(run_file.read_text()) if run_file.exists() else {}
+    libraries = json.loads(library_file.read_text()) if library_file.exists() else {}
     budget = int(run_info.get("budget", 256))
     lines = ["# Users' operators on the CPU", "",
              "Each operator of [examples/operators.py](../../../examples/operators.py) at its default shape, its "
