@@ -9,8 +9,9 @@ as NNI's dispatcher does) and a mode: ``constrained`` gives every tuner the kern
 (ours through the constraint hook, Kernel Tuner's natively, Optuna's through the adapter), ``free``
 gives none, so a restricted configuration is a failed trial that costs an evaluation, as it does a
 user with no static check (``objectives.Cache``). Each (slice, space) is one job: every tuner and
-seed through the runner, rows in ``<out>/<slice>/<folder>/<file>.csv`` (resumable: the same
-command carries on where it stopped), jobs spread over ``--workers`` processes.
+seed through the runner, rows in ``<rows>/<slice>/<folder>/<file>.csv`` (``--rows``, default
+``~/.cache/nni-opevo/hub``, outside the docs; resumable: the same command carries on where it
+stopped), jobs spread over ``--workers`` processes.
 
 Kernel Tuner's strategies evaluate one configuration at a time by design, so they run in the
 concurrency-1 slices and the concurrency-8 slices compare OpEvo against those same runs (marked
@@ -55,6 +56,7 @@ CONCURRENCIES = (1, 8)
 MODES = ("constrained", "free")
 BUDGETS = (25, 50, 100, 200)
 FRACTIONS = "fractions.csv"
+ROWS = Path.home() / ".cache" / "nni-opevo" / "hub"
 SEQUENTIAL = "†"
 """Marks a tuner of a concurrency-8 slice whose runs are those of the concurrency-1 slice."""
 
@@ -79,10 +81,10 @@ def space_name(path: Path) -> str:
     return f"{path.parent.name}/{path.name.removesuffix('.gz').removesuffix('.json')}"
 
 
-def _job(path: str, piece: Slice, tuners: list[str], seeds: int, budget: int, out: str) -> str:
+def _job(path: str, piece: Slice, tuners: list[str], seeds: int, budget: int, rows: str) -> str:
     """One (slice, space): every tuner and seed; returns the space's name."""
     objective = Cache(path, constrained=piece.mode == "constrained")
-    csv_path = Path(out) / piece.name / f"{space_name(Path(path))}.csv"
+    csv_path = Path(rows) / piece.name / f"{space_name(Path(path))}.csv"
     run(Plan([objective], tuners, list(range(seeds)), budget, piece.concurrency), csv_path, progress=False)
     return objective.workload
 
@@ -93,17 +95,17 @@ def _tuners_of(piece: Slice, tuners: list[str]) -> list[str]:
     return [t for t in tuners if not kernel_tuner_strategies.is_strategy(t)]
 
 
-def condense(out: Path, slices: list[Slice], budgets: list[int], optima: dict[str, float]) -> None:
-    """Every run's fraction of the optimum at each budget into ``fractions.csv``."""
+def condense(rows: Path, out: Path, slices: list[Slice], budgets: list[int], optima: dict[str, float]) -> None:
+    """Every run's fraction of the optimum at each budget into ``out/fractions.csv``."""
     lines = []
     for piece in slices:
-        for csv_path in sorted((out / piece.name).glob("*/*.csv")):
+        for csv_path in sorted((rows / piece.name).glob("*/*.csv")):
             for workload, tuners in sorted(group(read_rows(csv_path)).items()):
                 for tuner, seeds in sorted(tuners.items()):
-                    for seed, rows in sorted(seeds.items(), key=lambda item: int(item[0])):
+                    for seed, trials in sorted(seeds.items(), key=lambda item: int(item[0])):
                         for b in budgets:
                             lines.append([piece.name, workload, tuner, seed, b,
-                                          f"{fraction_at(rows, b, optima[workload]):.6f}"])
+                                          f"{fraction_at(trials, b, optima[workload]):.6f}"])
     with open(out / FRACTIONS, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["slice", "space", "tuner", "seed", "budget", "fraction"])
@@ -228,7 +230,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="nni-opevo hub", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n", 1)[1])
-    parser.add_argument("--out", type=Path, required=True, help="folder for the rows, fractions.csv and README.md")
+    parser.add_argument("--out", type=Path, required=True, help="folder for fractions.csv, run.json and README.md")
+    parser.add_argument("--rows", type=Path, default=ROWS, help="folder for every run's rows (resumable)")
     parser.add_argument("--hub", type=Path, default=HUB, help="the hub's folder of caches (<folder>/<file>.json.gz)")
     parser.add_argument("--held-out", type=Path, nargs="*", default=[],
                         help="further cache files, each inside a folder naming its kernel")
@@ -270,13 +273,13 @@ def main(argv: list[str] | None = None) -> None:
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         jobs = [(str(p.resolve()), piece, _tuners_of(piece, args.tuners)) for piece in slices for p in paths]
         with ProcessPoolExecutor(args.workers) as pool:
-            futures = {pool.submit(_job, path, piece, tuners, args.seeds, args.budget, str(args.out)): (path, piece)
+            futures = {pool.submit(_job, path, piece, tuners, args.seeds, args.budget, str(args.rows)): (path, piece)
                        for path, piece, tuners in jobs}
             for done, future in enumerate(as_completed(futures), 1):
                 path, piece = futures[future]
                 print(f"[{done}/{len(jobs)}] {piece.name} {future.result()}", file=sys.stderr, flush=True)
         optima = {o.workload: o.optimum for o in (Cache(str(p.resolve())) for p in paths)}
-        condense(args.out, slices, args.budgets, optima)
+        condense(args.rows, args.out, slices, args.budgets, optima)
         (args.out / "run.json").write_text(json.dumps({
             "command": " ".join(["nni-opevo hub", *(argv if argv is not None else sys.argv[1:])]),
             "started": started, "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

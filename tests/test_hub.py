@@ -93,19 +93,20 @@ def _rows(path):
 
 
 def test_the_hub_command_runs_every_slice_resumes_and_regenerates_its_report(tiny, tmp_path):
-    out = tmp_path / "out"
-    argv = ["--out", str(out), "--hub", str(tmp_path / "hub"), "--tuners", "opevo", "random", "optuna:tpe",
-            "kt:random_sample", "--seeds", "2", "--budget", "6", "--budgets", "3", "6", "--workers", "1"]
+    out, rows = tmp_path / "out", tmp_path / "rows"
+    argv = ["--out", str(out), "--rows", str(rows), "--hub", str(tmp_path / "hub"), "--tuners", "opevo", "random",
+            "optuna:tpe", "kt:random_sample", "--seeds", "2", "--budget", "6", "--budgets", "3", "6", "--workers", "1"]
     hub.main(argv)
     for piece in ("c1-constrained", "c8-constrained", "c1-free", "c8-free"):
-        rows = _rows(out / piece / "tiny_kernel" / "GPU.csv")
-        tuners = {r["tuner"] for r in rows}
+        trials = _rows(rows / piece / "tiny_kernel" / "GPU.csv")
+        tuners = {r["tuner"] for r in trials}
         assert tuners == ({"opevo", "random", "optuna:tpe"} | ({"kt:random_sample"} if piece.startswith("c1") else set()))
-        assert all(r["status"] != "RESTRICTED" for r in rows) or piece.endswith("free")
+        assert all(r["status"] != "RESTRICTED" for r in trials) or piece.endswith("free")
     before = (out / "README.md").read_text()
-    sizes = {p: p.stat().st_size for p in out.glob("*/*/*.csv")}
+    sizes = {p: p.stat().st_size for p in rows.glob("*/*/*.csv")}
+    assert len(sizes) == 4 and sorted(p.name for p in out.iterdir()) == ["README.md", "fractions.csv", "run.json"]
     hub.main(argv)  # everything is in the rows: nothing runs again
-    assert {p: p.stat().st_size for p in out.glob("*/*/*.csv")} == sizes
+    assert {p: p.stat().st_size for p in rows.glob("*/*/*.csv")} == sizes
     fractions = _rows(out / hub.FRACTIONS)
     assert len(fractions) == 2 * 2 * (4 + 3 + 4 + 3)  # budgets x seeds x the tuners of each slice
     for slice_name in ("c1-constrained", "c8-constrained", "c1-free", "c8-free"):
@@ -114,7 +115,7 @@ def test_the_hub_command_runs_every_slice_resumes_and_regenerates_its_report(tin
     means = next(line for line in before.splitlines() if line.startswith("| kt:random_sample | "))
     assert means.count(hub.SEQUENTIAL) == 2, "its one-at-a-time runs stand in the two slices with 8 in flight"
     assert "| opevo | " in before and "Wilcoxon" in before
-    for path in out.glob("*/*/*.csv"):
+    for path in rows.glob("*/*/*.csv"):
         path.unlink()
     hub.main(argv + ["--report-only"])
     assert (out / "README.md").read_text() == before
@@ -125,5 +126,5 @@ def test_the_hub_command_refuses_bad_input_in_one_line(tmp_path, capsys):
                           (["--hub", str(tmp_path / "none")], "no cache files"),
                           (["--budget", "10", "--budgets", "20"], "past --budget")):
         with pytest.raises(SystemExit):
-            hub.main(["--out", str(tmp_path / "o"), *argv])
+            hub.main(["--out", str(tmp_path / "o"), "--rows", str(tmp_path / "r"), *argv])
         assert message in capsys.readouterr().err
