@@ -209,10 +209,10 @@ def test_an_operator_workload_travels_in_the_trial_command_and_back():
 
 
 # -- every example end to end under nnictl ---------------------------------------------------------------
-@pytest.mark.slow(seconds=150)
+@pytest.mark.slow(seconds=250)
 def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
     """``nni-opevo launch --operator myops:NAME --shape ... --target cpu`` for each example, from a
-    folder holding only the operators' module (as docs/your-operator.md does it), run together:
+    folder holding only the operators' module (as docs/your-operator.md does it), two at a time:
     each experiment ends, its winner is re-measured and exported, and its library, loaded by
     ``load_kernel``, computes what the example's reference computes."""
     shutil.copy(ROOT / "examples" / "operators.py", tmp_path / "myops.py")
@@ -229,7 +229,9 @@ def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
                              capture_output=True, text=True, timeout=900)
         return name, out
 
-    with ThreadPoolExecutor(len(SMALL)) as pool:
+    # Two at a time: NNI's manager gives a tuner 10 s to connect, which five experiments starting
+    # together on two cores (beside the other lane's tests) exceeded ("Tuner did not connect").
+    with ThreadPoolExecutor(2) as pool:
         runs = list(pool.map(tune, SMALL))
     experiments = [created_id(out.stdout.replace("experiment ", "nnictl stop ", 1)) for _, out in runs]
     sys.path.insert(0, str(tmp_path))
