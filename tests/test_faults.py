@@ -136,8 +136,9 @@ def test_a_worker_inside_native_code_dies_with_its_trial(tmp_path, env, how):
     time.sleep(1)  # well inside the evaluator's loop
     process.send_signal(how)
     process.wait(timeout=30)
-    assert gone(lock_dir, timeout=5), "the worker outlived its trial inside native code"
-    with exclusive("cpu", timeout=5):
+    # 15 s against the 600 s the worker would otherwise run: room for a loaded 2-core machine.
+    assert gone(lock_dir, timeout=15), "the worker outlived its trial inside native code"
+    with exclusive("cpu", timeout=15):
         pass
 
 
