@@ -76,15 +76,10 @@ class Slice:
         return cls(int(concurrency), mode)
 
 
-def space_name(path: Path) -> str:
-    """``gemm/RTX_3090`` for ``.../gemm/RTX_3090.json.gz`` (the hub's files repeat names across folders)."""
-    return f"{path.parent.name}/{path.name.removesuffix('.gz').removesuffix('.json')}"
-
-
 def _job(path: str, piece: Slice, tuners: list[str], seeds: int, budget: int, rows: str) -> str:
     """One (slice, space): every tuner and seed; returns the space's name."""
     objective = Cache(path, constrained=piece.mode == "constrained")
-    csv_path = Path(rows) / piece.name / f"{space_name(Path(path))}.csv"
+    csv_path = Path(rows) / piece.name / f"{objective.workload}.csv"  # the cache's folder/file
     run(Plan([objective], tuners, list(range(seeds)), budget, piece.concurrency), csv_path, progress=False)
     return objective.workload
 

@@ -198,18 +198,11 @@ class OptunaTuner(Tuner):
         else:
             config = self._random()
             key = self._key(config)
-            trial = self.study.ask(self._distributions)
-            trial = self._enqueued(trial, config)
+            self.study.enqueue_trial({p.name: p.internal(config[p.name]) for p in self.parameters})
+            trial = self.study.ask(self._distributions)  # carries the drawn configuration
         self.running[parameter_id], self.keys[parameter_id] = trial, key
         self.tried.add(key)
         return config
-
-    def _enqueued(self, asked: Any, config: dict[str, Any]) -> Any:
-        """A trial carrying ``config``: the asked one is dropped (told failed) and one with the
-        drawn parameters stands in its place."""
-        self.study.tell(asked, state=self.optuna.trial.TrialState.FAIL)
-        self.study.enqueue_trial({p.name: p.internal(config[p.name]) for p in self.parameters})
-        return self.study.ask(self._distributions)
 
     def _random(self) -> dict[str, Any]:
         """A configuration not yet tried and not refused, drawn uniformly (NoMoreTrialError when none is left)."""
