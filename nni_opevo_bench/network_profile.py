@@ -17,7 +17,8 @@ tells apart, layer by layer:
   timed in every round, in a rotated order, and the tables give the median over rounds. Within
   a round the tuners alternate (seed by seed), so a slow spell of a few minutes falls on every
   tuner's runs alike: with each tuner's runs in one block, such spells moved all six seeds of
-  one tuner together (docs/results/networks/*/profile-blocks.csv).
+  one tuner together (the block-ordered rounds: docs/results/networks/*/profile-blocks.csv in git
+  history, up to commit 9b09e39).
 
 TVM's default schedule in every layer is timed the same way where the benchmark recorded it
 (``defaults.json``): a control, since no search picked those kernels, whose recorded against

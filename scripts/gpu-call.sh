@@ -7,12 +7,14 @@
 # still returns every finished row.
 # TVM travels in two parts, in two calls made back to back: a call that brings only part a stashes it and
 # stops; the call that brings part b unpacks TVM (and NNI, xgboost) under /opt/nni-opevo once per machine.
-# The campaign's folder lives at $CAMPAIGN (default /root/campaign) while the machine stays warm; on a fresh
-# machine it is restored from .devcarry/campaign/campaign.tar.xz when that travelled.
+# The campaign's folder lives at $CAMPAIGN (default /root/campaign; one folder per device, e.g.
+# /root/campaign-h200) while the machine stays warm; it travels back as <folder's name>.tar.xz, and on a
+# fresh machine it is restored from .devcarry/campaign/<folder's name>.tar.xz when that travelled.
 set -uo pipefail
 site=/opt/nni-opevo
 stash=/root/stash
 folder=${CAMPAIGN:-/root/campaign}
+archive=$(basename "$folder").tar.xz
 : "${OUT:=/tmp/out}"
 mkdir -p "$OUT" "$stash"
 export PYTHONPATH=$site:$PWD CUDA_PATH=${CUDA_PATH:-/usr/local/cuda} PYTHONUNBUFFERED=1
@@ -32,12 +34,12 @@ if ! python3 -c 'import nni, xgboost' 2>/dev/null; then
   tar -xJf .devcarry/py/site.tar.xz -C "$site" || exit 3
 fi
 python3 -m nni_opevo_bench.preflight smoke || exit 3
-if [ ! -d "$folder" ] && [ -e .devcarry/campaign/campaign.tar.xz ]; then
-  mkdir -p "$folder" && tar -xJf .devcarry/campaign/campaign.tar.xz -C "$folder" --strip-components=1
+if [ ! -d "$folder" ] && [ -e ".devcarry/campaign/$archive" ]; then
+  mkdir -p "$folder" && tar -xJf ".devcarry/campaign/$archive" -C "$folder" --strip-components=1
 fi
 pack() {  # the folder into $OUT, whole or not at all
-  tar -C "$(dirname "$folder")" -cJf "$OUT/.campaign.tar.xz" "$(basename "$folder")" 2>/dev/null \
-    && mv "$OUT/.campaign.tar.xz" "$OUT/campaign.tar.xz"
+  tar -C "$(dirname "$folder")" -cJf "$OUT/.$archive" "$(basename "$folder")" 2>/dev/null \
+    && mv "$OUT/.$archive" "$OUT/$archive"
 }
 left=$(( ${CALL_S:-570} - SECONDS - 20 ))  # 20 s kept to pack the archive and rewrite the README
 [ "$left" -gt 60 ] || { echo "only ${left} s left in this call: nothing run" >&2; exit 3; }

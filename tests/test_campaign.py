@@ -147,11 +147,12 @@ def test_a_dry_campaign_folder_is_not_resumed_as_a_real_one(tmp_path):
         campaign.Campaign(tmp_path, dry_run=False, deadline=0.0, concurrency=1)
 
 
-def test_the_report_redraws_the_published_h100_folder(tmp_path):
-    published = os.path.join(os.path.dirname(__file__), "..", "docs", "results", "h100")
-    shutil.copytree(published, tmp_path / "h100")
-    campaign.main(["--report", "--out", str(tmp_path / "h100")])
-    assert (tmp_path / "h100" / "README.md").read_text() == open(os.path.join(published, "README.md")).read()
+@pytest.mark.parametrize("device", ["h100", "h200"])
+def test_the_report_redraws_each_published_device_folder(tmp_path, device):
+    published = os.path.join(os.path.dirname(__file__), "..", "docs", "results", device)
+    shutil.copytree(published, tmp_path / device)
+    campaign.main(["--report", "--out", str(tmp_path / device)])
+    assert (tmp_path / device / "README.md").read_text() == open(os.path.join(published, "README.md")).read()
 
 
 # -- the plan of device calls -----------------------------------------------------------------------
