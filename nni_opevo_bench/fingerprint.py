@@ -131,20 +131,30 @@ def main(argv: list[str] | None = None) -> int:
     add_number(parser, "--budget", int, 1, 100_000, "record: evaluations per run (a check uses the record's)",
                default=200)
     add_number(parser, "--workers", int, 1, 64, "processes running runs", default=2)
-    parser.add_argument("--only", nargs="+", help="check: only the landscapes whose name holds one of these (SYN1, "
-                                                   "W6600, network, ...)")
+    parser.add_argument("--only", nargs="+", help="only the runs whose landscape|tuner|seed holds one of these "
+                                                   "(SYN1, W6600, network, '|opevo|', ...); record: the others keep "
+                                                   "their record, so a change to one tuner re-records that tuner alone")
     args = parser.parse_args(argv)
     names = landscapes(args.hub, args.held_out, need_all=args.action == "record")
+
+    def chosen(job: Job) -> bool:
+        return not args.only or any(o in key(job) for o in args.only)
+
     if args.action == "record":
-        seeds = args.seeds or 5
-        todo = list(jobs(names, seeds, args.budget))
-        record = {"seeds": seeds, "budget": args.budget, "runs": compute(todo, args.workers)}
+        if args.only:  # a partial record keeps the record's seeds and budget
+            record = json.loads(RECORD.read_text())
+            todo = [j for j in jobs(names, record["seeds"], record["budget"]) if chosen(j)]
+            record["runs"].update(compute(todo, args.workers))
+        else:
+            seeds = args.seeds or 5
+            todo = list(jobs(names, seeds, args.budget))
+            record = {"seeds": seeds, "budget": args.budget, "runs": compute(todo, args.workers)}
         RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        print(f"recorded {len(record['runs'])} runs in {RECORD}")
+        print(f"recorded {len(todo)} of {len(record['runs'])} runs in {RECORD}")
         return 0
     recorded = json.loads(RECORD.read_text())
     todo = [j for j in jobs(names, min(args.seeds or recorded["seeds"], recorded["seeds"]), recorded["budget"])
-            if not args.only or any(o in Path(j.landscape).name for o in args.only)]
+            if chosen(j)]
     unknown = [key(j) for j in todo if key(j) not in recorded["runs"]]
     if unknown:
         print(f"not in the record: {', '.join(unknown)}", file=sys.stderr)
