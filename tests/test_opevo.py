@@ -573,29 +573,3 @@ def test_screened_beats_random_search_early():
         decided += best_so_far(ours, 50) != theirs
         wins += best_so_far(ours, 50) > theirs
     assert decided >= 8 and sign_test(wins, decided) < ALPHA, (wins, decided)
-
-
-def test_before_two_kernels_ran_candidates_are_ranked_by_their_chance_to_run():
-    """Without a constraint, until the surrogate can be fitted (two kernels ran), OpEvo ranks its
-    candidates by the chance to run estimated from the trials that failed: beside the failures,
-    the one unlike them is taken, whichever comes first."""
-    sizes = [2 ** i for i in range(11)]
-    tuner = OpEvoTuner(seed=0)
-    tuner.update_search_space({"bx": {"_type": "choice", "_value": sizes},
-                               "by": {"_type": "choice", "_value": sizes}})
-    for pid, (bx, by) in enumerate([(1024, 1024), (1024, 512), (512, 1024), (1024, 256), (4, 2)]):
-        tuner.receive_trial_result(pid, {"bx": bx, "by": by}, 0.0 if bx * by > 16 else 3.0)
-    space = tuner.space
-    near_failures, near_success = (space.from_trial({"bx": 512, "by": 512}), space.from_trial({"bx": 2, "by": 4}))
-    for candidates in ([near_failures, near_success], [near_success, near_failures]):
-        assert tuner.search.most_promising(candidates) == near_success
-
-
-def test_while_nothing_failed_the_chance_to_run_changes_nothing():
-    """A search whose kernels all ran proposes exactly what it would without the estimate: the
-    first candidate while the surrogate cannot be fitted."""
-    tuner = OpEvoTuner(seed=0)
-    tuner.update_search_space({"x": {"_type": "choice", "_value": list(range(10))}})
-    tuner.receive_trial_result(0, {"x": 3}, 5.0)
-    first, second = tuner.space.from_trial({"x": 9}), tuner.space.from_trial({"x": 3})
-    assert tuner.search.most_promising([first, second]) == first

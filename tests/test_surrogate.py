@@ -96,26 +96,3 @@ def test_the_power_of_two_atom_carries_a_slow_size_to_the_unseen_ones():
     mean, _ = model.predict(unseen)
     assert min(mean[0], mean[2]) > max(mean[1], mean[3])
     assert model.relevance is not None and model.relevance[2] > model.relevance[0]
-
-
-# -- the chance to run ------------------------------------------------------------------------------
-def test_the_chance_to_run_is_one_everywhere_while_nothing_failed():
-    from nni_opevo.opevo.feasibility import chance_to_run
-
-    measured = np.array([[0.0, 0.0], [1.0, 1.0]])
-    candidates = np.array([[0.0, 1.0], [0.5, 0.5]])
-    assert np.all(chance_to_run(candidates, measured, np.array([True, True]), np.array([True, True])) == 1.0)
-
-
-def test_the_chance_to_run_falls_beside_a_failure_and_rises_beside_a_success():
-    from nni_opevo.opevo.feasibility import chance_to_run
-
-    # one knob decides: every measurement with the first atom at 1 failed
-    measured = np.array([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
-    ran = np.array([True, True, False, False])
-    ordinal = np.array([True, True])
-    p = chance_to_run(np.array([[0.0, 0.5], [1.0, 0.5], [0.5, 0.5]]), measured, ran, ordinal)
-    assert p[0] > p[2] > p[1]
-    rate = (1 + 2) / (2 + 4)
-    far = chance_to_run(np.array([[50.0, 50.0]]), measured, ran, ordinal)
-    assert far[0] == pytest.approx(rate, abs=1e-6)  # far from every measurement: the overall rate

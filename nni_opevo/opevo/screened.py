@@ -25,11 +25,6 @@ brute-forced tuning spaces (docs/tuners.md; the chosen values: ``settings``).
   one size doubled and another halved (the ``diagonal`` neighbourhood of
   ``SearchSpace.neighbours``): the hardware's limits bind on products of sizes (threads per
   block, a tile's area), so fast kernels lie along ridges that no step in one size can follow.
-* **Where kernels run.** In a user's space without a static check most configurations may not
-  launch, and until two kernels have run the surrogate cannot be fitted. Meanwhile every
-  candidate's chance to run is estimated from the trials that failed (``feasibility``): it
-  screens the random draws and ranks the candidates, so the search stops drawing blind where
-  everything failed.
 * **Kin.** Inside a network (the network tuner with ``transfer``), the surrogate also learns
   from the other layers of the same template, screens half of the random start with what they
   measured (a layer's ten or twenty trials need not start blind, and the other half keeps the
@@ -51,7 +46,6 @@ from ..space.steps import nudge
 from . import settings
 from .args import OpEvoArgs
 from .atoms import Atoms
-from .feasibility import chance_to_run
 from .kin import Kin, Relative
 from .operators import Parents, breed, scaled_step
 from .surrogate import Surrogate, TrainingSet
@@ -143,7 +137,7 @@ class Screened(Variant):
             return self.start()
         parents = self.epoch_parents()
         if not any(w > 0 for _, w in parents):
-            return self.draw()
+            return space.sample(rng)
         if self.local_turn():
             step = self.local_step(parents[0][0])
             if step is not None:
@@ -170,7 +164,7 @@ class Screened(Variant):
         rng = self.host.rng
         uniform = self.start_position() % 2 == 1
         if uniform or not self.kin.have_measured():
-            return self.draw()
+            return space.sample(rng)
         draws = (space.sample(rng) for _ in range(settings.SCREEN_ATTEMPTS * self.args.screen))
         candidates = self.host.fresh(draws, self.args.screen, learn=False)
         return self.most_promising(candidates) if candidates else space.sample(rng)
@@ -183,34 +177,10 @@ class Screened(Variant):
             return candidates[0]
         assert self.surrogate is not None and self.atoms is not None
         self.surrogate.fit(*self.training())
-        rows = np.stack([self.kin.row(self.atoms(c)) for c in candidates])
         if not self.surrogate.ready:
-            return candidates[int(np.argmax(self.chance_to_run(rows)))]
-        return candidates[int(np.argmax(by(self.surrogate, rows)))]
-
-    def chance_to_run(self, rows: np.ndarray) -> np.ndarray:
-        """Each candidate row's chance to run, from the failures the surrogate trains on
-        (``feasibility``; 1 while none failed): a failure is what eq. 2 weighs 0, a trial without
-        a number or one that reported 0 TFLOPS, as the trial code reports a kernel that failed."""
-        assert self.surrogate is not None
-        measured, weights = self.training()
-        return chance_to_run(rows, measured, weights > 0, self.surrogate.ordinal)
-
-    def draw(self) -> Config:
-        """A uniform draw; while trials have failed and fewer than two have run, the first of
-        ``screen`` uniform draws that passes a coin of its chance to run (rejection sampling:
-        uniform over where kernels run, as far as the failures tell), the likeliest to run when
-        none passes."""
-        space, _ = self.host.require_space()
-        rng = self.host.rng
-        ran = self.training()[1] > 0
-        if ran.all() or ran.sum() >= 2:
-            return space.sample(rng)
-        assert self.atoms is not None
-        draws = [space.sample(rng) for _ in range(self.args.screen)]
-        runs = self.chance_to_run(np.stack([self.kin.row(self.atoms(c)) for c in draws]))
-        passed = rng.random(len(draws)) < runs
-        return draws[int(np.argmax(passed))] if passed.any() else draws[int(np.argmax(runs))]
+            return candidates[0]
+        scores = by(self.surrogate, np.stack([self.kin.row(self.atoms(c)) for c in candidates]))
+        return candidates[int(np.argmax(scores))]
 
     def training(self) -> tuple[np.ndarray, np.ndarray]:
         """(atoms, eq. 2 weights) the surrogate fits: this search's measurements, and with kin

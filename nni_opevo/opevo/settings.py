@@ -60,9 +60,3 @@ RELEVANCE_STEPS = 30
 """L-BFGS iterations of the relevance fit: the fit's cost per proposal stays in milliseconds."""
 RELEVANCE_LIMIT = 64
 """Atoms per row up to which relevances are fitted (the fit holds capacity^2 x atoms distances)."""
-
-# ------------------------------------------------------------------ the chance to run
-
-FEASIBILITY_LENGTH = 0.2
-"""The single length (a share of the atoms that differ) of the chance-to-run estimate before the
-surrogate has fitted its relevances: the middle of ``LENGTHS``."""
