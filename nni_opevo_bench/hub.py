@@ -39,6 +39,7 @@ import numpy as np
 
 from trial_code import targets
 from trial_code.cli import add_number, bounded
+from trial_code.files import user_cache
 
 from . import kernel_tuner_strategies, optuna_peers
 from .machine import describe
@@ -56,7 +57,7 @@ CONCURRENCIES = (1, 8)
 MODES = ("constrained", "free")
 BUDGETS = (25, 50, 100, 200)
 FRACTIONS = "fractions.csv"
-ROWS = Path.home() / ".cache" / "nni-opevo" / "hub"
+ROWS = Path(user_cache()) / "hub"
 SEQUENTIAL = "†"
 """Marks a tuner of a concurrency-8 slice whose runs are those of the concurrency-1 slice."""
 

@@ -29,6 +29,7 @@ from typing import Any
 from trial_code import anchor, targets
 from trial_code.cli import add_number
 from trial_code.evaluate import Limits
+from trial_code.files import user_cache
 from trial_code.workloads import named_or_operator
 
 from .machine import describe
@@ -40,7 +41,7 @@ EXAMPLES = ("examples.operators:depthwise_conv2d", "examples.operators:matmul_bi
             "examples.operators:layer_norm", "examples.operators:matmul")
 HAND_WRITTEN = {"examples.operators:matmul": "MM_small"}
 """The derived operator -> the named workload of the same computation with a hand-written template."""
-ROWS = Path.home() / ".cache" / "nni-opevo" / "operators"
+ROWS = Path(user_cache()) / "operators"
 EARLY = 64
 GOAL = 0.9
 """The derived MatMul's best over the hand-written template's, at least."""

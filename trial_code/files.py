@@ -12,6 +12,13 @@ from contextlib import contextmanager
 from typing import Any
 
 
+def user_cache() -> str:
+    """``$XDG_CACHE_HOME/nni-opevo`` (``~/.cache/nni-opevo`` by default): where the project keeps
+    what it can make again (trial inputs, benchmark rows), created by whoever writes there."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "nni-opevo")
+
+
 def replace_file(path: str, write: Callable[[str], Any]) -> None:
     """``write(temporary)`` then rename it onto ``path``: a link planted at ``path`` is replaced,
     never followed, and a reader never sees half a file."""

@@ -26,6 +26,7 @@ import numpy as np
 import tvm
 
 from .device_lock import own_folder
+from .files import user_cache
 from .targets import Target
 from .templates import for_workload
 from .templates.base import sample_indices
@@ -83,9 +84,9 @@ def _make(workload: Workload, seed: int) -> Prepared:
 
 def cache_folder() -> str:
     """``$XDG_CACHE_HOME/nni-opevo/inputs`` (``~/.cache`` by default), a folder of the user's own."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    os.makedirs(base, exist_ok=True)
-    return own_folder(own_folder(os.path.join(base, "nni-opevo")) + "/inputs")
+    base = user_cache()
+    os.makedirs(os.path.dirname(base), exist_ok=True)
+    return own_folder(own_folder(base) + "/inputs")
 
 
 def prepare(workload: Workload, seed: int) -> Prepared:
