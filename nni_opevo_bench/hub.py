@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nni_opevo import catalog
 from trial_code import targets
 from trial_code.cli import add_number, bounded
 from trial_code.files import user_cache
@@ -51,8 +52,11 @@ from .table import read_rows
 HUB = Path("../shared/data/benchmark_hub")
 """Where the hub's cache files are, from the repository root."""
 BASELINE = "opevo"
-TUNERS = ["opevo", "gbfs", "na2c", "autotvm", "nose", "tpe", "random", "optuna:tpe", "optuna:gp", "optuna:cmaes",
+TUNERS = [*catalog.COMPARED, "random", "optuna:tpe", "optuna:cmaes",
           *(f"kt:{s}" for s in kernel_tuner_strategies.STRATEGIES)]
+"""The default tuners: the paper's comparison, NNI's Random, Optuna's TPE and CMA-ES, Kernel Tuner's
+strategies. ``optuna:gp`` runs when named: its asks take seconds each, so one 200-evaluation run
+costs about half an hour, more than every other tuner of a slice together (docs/benchmark.md)."""
 CONCURRENCIES = (1, 8)
 MODES = ("constrained", "free")
 BUDGETS = (25, 50, 100, 200)
@@ -259,8 +263,6 @@ def main(argv: list[str] | None = None) -> None:
                 elif optuna_peers.is_peer(spec):
                     optuna_peers.check(spec)
                 else:
-                    from nni_opevo import catalog
-
                     catalog.class_args(spec)
             except (ValueError, ImportError) as e:
                 parser.error(f"--tuners: {e}")
