@@ -95,14 +95,18 @@ def _tuners_of(piece: Slice, tuners: list[str]) -> list[str]:
     return [t for t in tuners if not kernel_tuner_strategies.is_strategy(t)]
 
 
-def condense(rows: Path, out: Path, slices: list[Slice], budgets: list[int], optima: dict[str, float]) -> None:
-    """Every run's fraction of the optimum at each budget into ``out/fractions.csv``."""
+def condense(rows: Path, out: Path, slices: list[Slice], budgets: list[int], optima: dict[str, float],
+             seeds: int) -> None:
+    """Every run of seeds 0..``seeds``-1 (the rows may hold more, from a longer run) as its fraction of
+    the optimum at each budget into ``out/fractions.csv``: every tuner of a cell over the same seeds."""
     lines = []
     for piece in slices:
         for csv_path in sorted((rows / piece.name).glob("*/*.csv")):
             for workload, tuners in sorted(group(read_rows(csv_path)).items()):
-                for tuner, seeds in sorted(tuners.items()):
-                    for seed, trials in sorted(seeds.items(), key=lambda item: int(item[0])):
+                for tuner, runs in sorted(tuners.items()):
+                    for seed, trials in sorted(runs.items(), key=lambda item: int(item[0])):
+                        if int(seed) >= seeds:
+                            continue
                         for b in budgets:
                             lines.append([piece.name, workload, tuner, seed, b,
                                           f"{fraction_at(trials, b, optima[workload]):.6f}"])
@@ -277,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
                 path, piece = futures[future]
                 print(f"[{done}/{len(jobs)}] {piece.name} {future.result()}", file=sys.stderr, flush=True)
         optima = {o.workload: o.optimum for o in (Cache(str(p.resolve())) for p in paths)}
-        condense(args.rows, args.out, slices, args.budgets, optima)
+        condense(args.rows, args.out, slices, args.budgets, optima, args.seeds)
         (args.out / "run.json").write_text(json.dumps({
             "command": " ".join(["nni-opevo hub", *(argv if argv is not None else sys.argv[1:])]),
             "started": started, "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
