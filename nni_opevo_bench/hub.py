@@ -21,7 +21,8 @@ The report condenses the rows into ``fractions.csv`` (slice, space, tuner, seed,
 found as a fraction of the space's optimum; committed, so the README is regenerated without the
 rows) and writes ``README.md``: per slice, OpEvo's mean and worst seed against the best other
 tuner's mean in each cell (space x budget), the count of cells OpEvo leads, every tuner's mean over
-the slice's cells, and OpEvo paired seed by seed with the best other tuner of each cell.
+the slice's cells, and OpEvo paired seed by seed with the best other tuner of each cell; and
+``fraction_vs_budget.png``, every tuner's mean over a slice's spaces against the budget.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ from trial_code import targets
 from trial_code.cli import add_number, bounded
 from trial_code.files import user_cache
 
-from . import kernel_tuner_strategies, optuna_peers
+from . import figures, kernel_tuner_strategies, optuna_peers
 from .machine import describe
 from .objectives import Cache
 from .report import fraction_at, group, paired
@@ -61,6 +62,7 @@ CONCURRENCIES = (1, 8)
 MODES = ("constrained", "free")
 BUDGETS = (25, 50, 100, 200)
 FRACTIONS = "fractions.csv"
+FIGURE = "fraction_vs_budget.png"
 ROWS = Path(user_cache()) / "hub"
 SEQUENTIAL = "†"
 """Marks a tuner of a concurrency-8 slice whose runs are those of the concurrency-1 slice."""
@@ -183,6 +185,32 @@ def _paired_lines(name: str, cells: list) -> list[str]:
     return lines + [""]
 
 
+def figure(cells: Cells, names: list[str], path: Path) -> None:
+    """One panel per slice: each tuner's fraction of the optimum against the budget, the mean over
+    the slice's spaces, as mean ± sample std over seeds (a seed's curve is its mean over the spaces
+    it ran; a sequential peer's runs stand in the slices with 8 in flight, as in the tables)."""
+    fig, axes = figures.panels(len(names))
+    tuners = sorted({t.removesuffix(SEQUENTIAL) for name in names for tuners in cells[name].values() for t in tuners},
+                    key=lambda t: (t != BASELINE, t))
+    for ax, name in zip(axes, names):
+        table = cells[name]
+        budgets = sorted({b for _, b in table})
+        for label in reversed(tuners):  # the product last: drawn on top
+            tuner = next((t for t in (label, label + SEQUENTIAL) if any(t in v for v in table.values())), None)
+            if tuner is None:
+                continue
+            seeds = sorted({seed for v in table.values() for seed in v.get(tuner, {})}, key=int)
+            curves = np.array([[np.mean([v[tuner][seed] for (_, b), v in table.items() if b == budget
+                                         and seed in v.get(tuner, {})]) for budget in budgets] for seed in seeds])
+            figures.band(ax, np.array(budgets), curves, label, tuners)
+        ax.set(xscale="log", title=name, xlabel="evaluations", ylabel="fraction of the optimum (mean over spaces)")
+        ax.set_xticks(budgets, [str(b) for b in budgets])
+        ax.minorticks_off()
+    figures.legend(fig, axes)
+    fig.tight_layout()
+    figures.save(fig, path)
+
+
 def readme(out: Path) -> str:
     cells = read_fractions(out / FRACTIONS)
     info = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
@@ -195,7 +223,10 @@ def readme(out: Path) -> str:
              "the best other tuner's mean and name; bold where OpEvo's mean is at least the best other's. "
              "`constrained`: every tuner is told the kernel's restrictions; `free`: none is, and a restricted "
              f"configuration is a failed evaluation. {SEQUENTIAL}: Kernel Tuner's strategies evaluate one "
-             "configuration at a time; their one-at-a-time runs stand in the slices with 8 in flight.", ""]
+             "configuration at a time; their one-at-a-time runs stand in the slices with 8 in flight.", "",
+             f"![Each tuner's fraction of the optimum against evaluations, mean over the spaces, per slice]({FIGURE})",
+             ""]
+    figure(cells, names, out / FIGURE)
     if info:
         lines += [f"Command: `{info['command']}` (from the repository root). Machine: {info['machine']}. "
                   f"Run {info['started']} to {info['ended']}; {info['seeds']} seeds (0-{info['seeds'] - 1}) per tuner, "

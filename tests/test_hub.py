@@ -104,7 +104,8 @@ def test_the_hub_command_runs_every_slice_resumes_and_regenerates_its_report(tin
         assert all(r["status"] != "RESTRICTED" for r in trials) or piece.endswith("free")
     before = (out / "README.md").read_text()
     sizes = {p: p.stat().st_size for p in rows.glob("*/*/*.csv")}
-    assert len(sizes) == 4 and sorted(p.name for p in out.iterdir()) == ["README.md", "fractions.csv", "run.json"]
+    assert len(sizes) == 4
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", hub.FIGURE, "fractions.csv", "run.json"]
     hub.main(argv)  # everything is in the rows: nothing runs again
     assert {p: p.stat().st_size for p in rows.glob("*/*/*.csv")} == sizes
     fractions = _rows(out / hub.FRACTIONS)
@@ -122,8 +123,10 @@ def test_the_hub_command_runs_every_slice_resumes_and_regenerates_its_report(tin
     hub.main(argv)
     for path in rows.glob("*/*/*.csv"):
         path.unlink()
+    (out / hub.FIGURE).unlink()
     hub.main(argv + ["--report-only"])
-    assert (out / "README.md").read_text() == before
+    assert (out / "README.md").read_text() == before and (out / hub.FIGURE).stat().st_size > 10_000
+    assert f"]({hub.FIGURE})" in before
 
 
 def test_the_hub_command_refuses_bad_input_in_one_line(tmp_path, capsys):
