@@ -434,8 +434,9 @@ def test_screened_restarts_after_stagnating_and_breeds_from_the_new_epoch_only()
 
 def test_each_epoch_starts_with_lambda_random_trials_however_many_the_constraint_refuses():
     """The random start counts trials, not refused candidates: with four in five values refused,
-    each of the first lambda trials is still a uniform draw of the space (counting refusals
-    ended the start after the first feasible draw, and the next trials were its children)."""
+    each of the first lambda trials after the origin is still a uniform draw of the space
+    (counting refusals ended the start after the first feasible draw, and the next trials were
+    its children)."""
     tuner = OpEvoTuner(seed=0, parents_size=8, constraint="constraints:below")
     tuner.update_search_space({"x": {"_type": "randint", "_value": [0, 1000]}})
     drawn, sample = set(), tuner.space.sample
@@ -452,8 +453,31 @@ def test_each_epoch_starts_with_lambda_random_trials_however_many_the_constraint
         tuner.receive_trial_result(pid, params, float(params["x"]))
         first.append(params)
     assert all(p["x"] < 200 for p in first)
-    assert all(tuner.space.identity(tuner.space.from_trial(p)) in drawn for p in first)
+    assert first[0] == {"x": 0}  # the origin
+    assert all(tuner.space.identity(tuner.space.from_trial(p)) in drawn for p in first[1:])
     assert not tuner.search.in_random_start()
+
+
+def test_a_search_that_knows_nothing_measures_the_origin_first():
+    """The first trial is the space's origin (every first value, every loop untiled); the
+    constraint refusing it, a usable configuration near it; a resumed search, which knows its
+    history, starts from that history instead."""
+    space = {"f": {"_type": "factor", "_value": [64, 3]}, "size": {"_type": "discrete", "_value": [8, 16, 32]},
+             "order": {"_type": "perm", "_value": 3}, "c": {"_type": "choice", "_value": ["a", "b"]}}
+    tuner = OpEvoTuner(seed=5)
+    tuner.update_search_space(space)
+    origin = {"f": [64, 1, 1], "size": 8, "order": [0, 1, 2], "c": "a"}
+    assert tuner.generate_parameters(0) == origin
+    second = tuner.generate_parameters(1)
+
+    refused = OpEvoTuner(seed=5, constraint="constraints:below", constraint_args={"limit": 100})
+    refused.update_search_space({"x": {"_type": "choice", "_value": [500, 20, 40, 60]}})
+    assert refused.generate_parameters(0)["x"] in (20, 40, 60)
+
+    resumed = OpEvoTuner(seed=5)
+    resumed.update_search_space(space)
+    resumed.import_data([{"parameter": second, "value": 1.0}])
+    assert resumed.generate_parameters(1) != origin
 
 
 def test_the_best_configurations_whole_neighbourhood_is_screened_and_bounded():

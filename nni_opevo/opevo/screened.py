@@ -159,9 +159,19 @@ class Screened(Variant):
         by the surrogate that has learned from theirs, so a layer starts where its kin's kernels
         ran well instead of blind. Only every other: a screened draw goes where the kin have been,
         and a family of layers whose starts were all screened stopped exploring (on AlexNet's
-        convolutions, the fast kernels were never measured in 4 of 6 seeds; docs/tuners.md)."""
+        convolutions, the fast kernels were never measured in 4 of 6 seeds; docs/tuners.md).
+
+        A search that knows nothing yet (its first trial, no kin measured) measures the space's
+        origin first: every parameter's first value, every loop untiled. A space's author lists
+        the usual value first, and an untiled loop is the configuration most likely to run, so
+        the first trial is the one most likely to return a kernel; without a constraint, where a
+        configuration that cannot run costs a trial, that first kernel is what the surrogate and
+        the parents start from (docs/decisions.md). Refused by the constraint, it is replaced by
+        a usable configuration near it (what the tuner does with any proposal it cannot make)."""
         space, _ = self.host.require_space()
         rng = self.host.rng
+        if self.epochs == 1 and self.start_position() == 0 and not self.kin.have_measured():
+            return space.origin()
         uniform = self.start_position() % 2 == 1
         if uniform or not self.kin.have_measured():
             return space.sample(rng)
