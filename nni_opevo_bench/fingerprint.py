@@ -11,7 +11,7 @@ fingerprinted on a network whose layers are the synthetic landscapes.
     python -m nni_opevo_bench.fingerprint check    # exits 1 naming every run whose proposals changed
 
 Caches come from ``--hub`` (the four of ``../shared/data/benchmark_hub``) and ``--held-out`` (the
-fifth, ``docs/results/benchmark-hub/README.md`` says how to fetch it); a missing one is left out
+fifth, ``docs/benchmark.md`` says how to fetch it); a missing one is left out
 of a check and said so, and a record needs them all.
 """
 from __future__ import annotations

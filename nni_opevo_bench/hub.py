@@ -218,7 +218,8 @@ def readme(out: Path) -> str:
     lines = ["# OpEvo on brute-forced GPU tuning spaces: every cell, one and eight in flight, with and without "
              "the constraint", "",
              "Each trial is a look-up in a Kernel Tuner cache (the hub's real kernels on real GPUs, "
-             "`../shared/data/benchmark_hub/README.md`); a cell is a space after a number of evaluations, read as "
+             "`../shared/data/benchmark_hub/README.md`, and the held-out convolution cache that `docs/benchmark.md` "
+             "says how to fetch); a cell is a space after a number of evaluations, read as "
              "the fraction of the space's optimum found. In each cell: OpEvo's mean over seeds (its worst seed) / "
              "the best other tuner's mean and name; bold where OpEvo's mean is at least the best other's. "
              "`constrained`: every tuner is told the kernel's restrictions; `free`: none is, and a restricted "
@@ -229,7 +230,8 @@ def readme(out: Path) -> str:
     figure(cells, names, out / FIGURE)
     if info:
         lines += [f"Command: `{info['command']}` (from the repository root). Machine: {info['machine']}. "
-                  f"Run {info['started']} to {info['ended']}; {info['seeds']} seeds (0-{info['seeds'] - 1}) per tuner, "
+                  f"Last run {info['started']} to {info['ended']} (the command resumes its rows: runs an earlier run of it "
+                  f"finished are read, not repeated); {info['seeds']} seeds (0-{info['seeds'] - 1}) per tuner, "
                   f"{info['budget']} evaluations per run.", ""]
     summaries = {}
     for name in names:
