@@ -211,7 +211,8 @@ def figure(cells: Cells, names: list[str], path: Path) -> None:
     figures.save(fig, path)
 
 
-def readme(out: Path) -> str:
+def write_readme(out: Path) -> Path:
+    """``README.md`` and its figure, from ``fractions.csv`` (and ``run.json`` where there is one)."""
     cells = read_fractions(out / FRACTIONS)
     info = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
     names = sorted(cells, key=lambda n: (Slice.parse(n).mode, Slice.parse(n).concurrency))
@@ -260,14 +261,17 @@ def readme(out: Path) -> str:
               "Wilcoxon signed-rank p-value (`scipy.stats.wilcoxon`, 1 where every pair ties).", ""]
     for name in names:
         lines += _paired_lines(name, summaries[name]["paired"])
-    return "\n".join(lines)
+    path = out / "README.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="nni-opevo hub", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n", 1)[1])
-    parser.add_argument("--out", type=Path, required=True, help="folder for fractions.csv, run.json and README.md")
+    parser.add_argument("--out", type=Path, required=True,
+                        help=f"folder for fractions.csv, run.json, README.md and {FIGURE}")
     parser.add_argument("--rows", type=Path, default=ROWS, help="folder for every run's rows (resumable)")
     parser.add_argument("--hub", type=Path, default=HUB, help="the hub's folder of caches (<folder>/<file>.json.gz)")
     parser.add_argument("--held-out", type=Path, nargs="*", default=[],
@@ -319,8 +323,7 @@ def main(argv: list[str] | None = None) -> None:
             "command": " ".join(["nni-opevo hub", *(argv if argv is not None else sys.argv[1:])]),
             "started": started, "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": describe(), "budget": args.budget, "seeds": args.seeds}, indent=2) + "\n")
-    (args.out / "README.md").write_text(readme(args.out) + "\n")
-    print(f"hub: {args.out / 'README.md'}", flush=True)
+    print(f"hub: {write_readme(args.out)}", flush=True)
 
 
 if __name__ == "__main__":
