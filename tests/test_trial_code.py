@@ -468,3 +468,30 @@ def test_a_busy_machine_gets_no_ratio_to_the_vendor_library(tmp_path):
             low, high = comparison.quartiles
             assert printed and low <= float(printed.group(1)) <= high and (high - low) <= 0.1 * comparison.ratio
     assert any(c.busy for c in found), [c.ratios for c in found]
+
+
+def test_a_cpu_trial_loads_tvm_without_pytorch_and_leaves_it_importable(tmp_path, monkeypatch):
+    """tvm_ffi imports PyTorch whenever it is installed, seconds of every CPU trial inside the
+    device lock: the worker keeps it out of TVM's import, and the user's operator module, imported
+    after TVM, still imports it. A stand-in ``torch`` on the worker's path logs who imports it (and,
+    lacking torch.Tensor, would break TVM's import if TVM imported it)."""
+    log = tmp_path / "log"
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "torch.py").write_text(f"import os\nopen({str(log)!r}, 'a').write(f'torch {{os.getpid()}}\\n')\n")
+    (tmp_path / "myops.py").write_text(
+        "import os, sys\n"
+        f"open({str(log)!r}, 'a').write(f'myops {{os.getpid()}} {{\"torch\" in sys.modules}}\\n')\n"
+        "try:\n    import torch  # noqa: F401\nexcept ImportError:\n    pass\n"
+        + (ROOT / "docs" / "your-operator.md").read_text().split("```python\n", 1)[1].split("```", 1)[0])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(fake))  # the worker's path only: this process keeps its own
+    workload = workloads.make("operator", operator="myops:depthwise", channels=4, height=9, width=9)
+    result = evaluate(workload, None, targets.cpu(), Limits(repeat=1, min_repeat_ms=1))
+    assert result.status is Status.NO_ERROR, result.error
+    lines = [line.split() for line in log.read_text().splitlines()]
+    workers = {pid for what, pid, *_ in lines if what == "myops" and pid != str(os.getpid())}
+    assert len(workers) == 1, lines
+    (worker,) = workers
+    assert ["myops", worker, "False"] in lines and ["torch", worker] in lines, lines
+    assert lines.index(["myops", worker, "False"]) < lines.index(["torch", worker])

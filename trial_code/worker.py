@@ -65,12 +65,34 @@ def run(job: dict[str, Any]) -> None:
         return fail("DEVICE_BUSY", exc)
 
 
+def load_tvm_without_torch() -> None:
+    """Load TVM with PyTorch kept out of its import. tvm_ffi imports PyTorch whenever it is
+    installed (to trade tensors with it), which was 3 to 5 s of a CPU trial's 9 on the 2-core
+    machine, spent inside the device lock; a CPU kernel and a build never trade tensors with it.
+    PyTorch stays importable afterwards (a user's operator module may import it). A trial that
+    runs a GPU kernel loads TVM as it comes: the CUDA libraries PyTorch loads may be the ones
+    TVM's CUDA runtime finds."""
+    from .targets import import_tvm
+
+    if "torch" in sys.modules:
+        import_tvm()
+        return
+    sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError, which tvm_ffi expects
+    try:
+        import_tvm()
+    finally:
+        del sys.modules["torch"]
+
+
 def build_and_measure(job: dict[str, Any], holding: bool) -> None:
     """``holding``: the device lock is held already (the CPU), else it is taken to measure."""
+    from .targets import Target
+
+    if Target.from_json(job["target"]).kind == "llvm" or job.get("build_only"):
+        load_tvm_without_torch()
     # Imported here, after the stdout redirect, so TVM's own output never reaches the events.
     from . import files, kernel
     from .device_lock import DeviceBusy, exclusive
-    from .targets import Target
     from .workloads import Workload
 
     workload = Workload.from_json(job["workload"])
