@@ -291,13 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     if max(args.budgets) > args.budget:
         parser.error(f"--budgets: {max(args.budgets)} is past --budget {args.budget}")
     if not args.report_only:
-        paths = sorted(args.hub.glob("*/*.json.gz")) + list(args.held_out)
-        if not paths:
-            parser.error(f"--hub: no cache files (<folder>/<file>.json.gz) in {args.hub}")
-        for path in paths:
-            if not path.is_file():
-                parser.error(f"--held-out: {path} is not a file")
-        for spec in args.tuners:  # an unknown tuner fails before anything runs
+        for spec in args.tuners:  # an unknown tuner fails before anything runs or is read
             try:
                 if kernel_tuner_strategies.is_strategy(spec):
                     kernel_tuner_strategies.check(spec)
@@ -307,6 +301,12 @@ def main(argv: list[str] | None = None) -> None:
                     catalog.class_args(spec)
             except (ValueError, ImportError) as e:
                 parser.error(f"--tuners: {e}")
+        paths = sorted(args.hub.glob("*/*.json.gz")) + list(args.held_out)
+        if not paths:
+            parser.error(f"--hub: no cache files (<folder>/<file>.json.gz) in {args.hub}")
+        for path in paths:
+            if not path.is_file():
+                parser.error(f"--held-out: {path} is not a file")
         slices = [Slice(c, m) for m in args.modes for c in args.concurrency]
         args.out.mkdir(parents=True, exist_ok=True)
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
