@@ -136,3 +136,29 @@ def test_the_hub_command_refuses_bad_input_in_one_line(tmp_path, capsys):
         with pytest.raises(SystemExit):
             hub.main(["--out", str(tmp_path / "o"), "--rows", str(tmp_path / "r"), *argv])
         assert message in capsys.readouterr().err
+
+
+def test_a_change_is_paired_run_by_run_per_slice_and_space(tmp_path, capsys):
+    """``nni-opevo change``: one tuner's runs in two fractions.csv, each run by its mean over the
+    budgets, after minus before; runs only one file holds, and other tuners, are left out."""
+    from nni_opevo_bench import change
+
+    def write(path, rows):
+        with open(path, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, ["slice", "space", "tuner", "seed", "budget", "fraction"])
+            writer.writeheader()
+            writer.writerows(dict(zip(writer.fieldnames, row)) for row in rows)
+
+    before, after = tmp_path / "before.csv", tmp_path / "after.csv"
+    write(before, [("c1-free", "g/a", "opevo", s, b, 0.5) for s in "012" for b in (25, 50)]
+          + [("c1-free", "g/a", "gbfs", "0", 25, 0.9), ("c8-free", "g/a", "opevo", "0", 25, 0.7)])
+    write(after, [("c1-free", "g/a", "opevo", s, b, 0.5 + 0.1 * int(s) + (0.2 if b == 50 else 0.0))
+                  for s in "012" for b in (25, 50)] + [("c1-free", "g/a", "gbfs", "0", 25, 0.1)])
+    change.main([str(before), str(after)])
+    out = capsys.readouterr().out
+    # Runs: seed 0 +0.1 (mean of 0 and 0.2), seed 1 +0.2, seed 2 +0.3; the c8 run is in one file only.
+    assert "| all | 3 | +0.2000 ± 0.0577 |" in out and "| c1-free g/a | 3 | +0.2000 ± 0.0577 |" in out
+    assert "c8-free" not in out and "Cells (slice, space, budget): 2 up, 0 down, 0 level, of 2." in out
+    with pytest.raises(SystemExit):
+        change.main([str(tmp_path / "none.csv"), str(after)])
+    assert "no such file" in capsys.readouterr().err
