@@ -480,6 +480,22 @@ def test_a_search_that_knows_nothing_measures_the_origin_first():
     assert resumed.generate_parameters(1) != origin
 
 
+def test_while_nothing_has_run_the_search_steps_out_from_the_origin():
+    """Every trial of the random start failed (no constraint: most of a tiled space cannot run):
+    the next proposals are unmeasured neighbours of the origin, the configurations most likely to
+    run, not uniform draws (of which about 1 in 40 would be one here)."""
+    space = {"f": {"_type": "factor", "_value": [64, 3]}, "size": {"_type": "discrete", "_value": [8, 16, 32, 64]},
+             "order": {"_type": "perm", "_value": 3}}
+    tuner = OpEvoTuner(seed=3)
+    tuner.update_search_space(space)
+    origin = tuner.space.origin()
+    near = {tuner.space.identity(c) for c in tuner.space.neighbours(origin, kind="scaled")}
+    for i in range(tuner.args.parents_size):
+        tuner.receive_trial_result(i, tuner.generate_parameters(i), 0.0)
+    steps = [tuner.space.identity(tuner.space.from_trial(tuner.generate_parameters(i))) for i in range(8, 13)]
+    assert set(steps) <= near and len(set(steps)) == 5
+
+
 def test_the_best_configurations_whole_neighbourhood_is_screened_and_bounded():
     """Beside its bred children, a screened proposal ranks every neighbour of the epoch's best;
     a neighbourhood too large to list (a choice of many options) is sampled instead."""

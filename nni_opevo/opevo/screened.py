@@ -25,6 +25,9 @@ brute-forced tuning spaces (docs/tuners.md; the chosen values: ``settings``).
   one size doubled and another halved (the ``diagonal`` neighbourhood of
   ``SearchSpace.neighbours``): the hardware's limits bind on products of sizes (threads per
   block, a tile's area), so fast kernels lie along ridges that no step in one size can follow.
+* **Toward a kernel.** While nothing of the first epoch has run (no constraint, and the
+  failures of the random start came back before any kernel did), a proposal is a neighbour of
+  the origin rather than a uniform draw (``toward_a_kernel``).
 * **Kin.** Inside a network (the network tuner with ``transfer``), the surrogate also learns
   from the other layers of the same template, screens half of the random start with what they
   measured (a layer's ten or twenty trials need not start blind, and the other half keeps the
@@ -137,7 +140,7 @@ class Screened(Variant):
             return self.start()
         parents = self.epoch_parents()
         if not any(w > 0 for _, w in parents):
-            return space.sample(rng)
+            return self.toward_a_kernel()
         if self.local_turn():
             step = self.local_step(parents[0][0])
             if step is not None:
@@ -178,6 +181,22 @@ class Screened(Variant):
         draws = (space.sample(rng) for _ in range(settings.SCREEN_ATTEMPTS * self.args.screen))
         candidates = self.host.fresh(draws, self.args.screen, learn=False)
         return self.most_promising(candidates) if candidates else space.sample(rng)
+
+    def toward_a_kernel(self) -> Config:
+        """A proposal while nothing of the epoch has run: in the first epoch, an unmeasured
+        neighbour of the origin (``ring``), drawn at random; else, or with every neighbour
+        measured or in flight, a uniform draw. Without a constraint most of a tiled space
+        cannot run, and with trials in flight the failures come back first (they fail before
+        any kernel is timed): uniform draws meanwhile are mostly more failures, while one
+        knob away from the configuration most likely to run, most configurations run
+        (docs/decisions.md)."""
+        space, _ = self.host.require_space()
+        rng = self.host.rng
+        if self.epochs == 1:
+            near = self.host.fresh(self.ring(space.origin()), learn=False)
+            if near:
+                return near[int(rng.integers(len(near)))]
+        return space.sample(rng)
 
     def most_promising(self, candidates: list[Config],
                        by: Callable[[Surrogate, np.ndarray], np.ndarray] = Surrogate.expected_improvement) -> Config:
