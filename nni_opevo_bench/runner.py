@@ -132,7 +132,10 @@ def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: lis
             _end_to_end(objective, tuner_spec, seed, out, params=network_end_to_end.best_params(rows))
         return True
     if kernel_tuner_strategies.is_strategy(tuner_spec):
-        _one_kernel_tuner(plan, objective, tuner_spec, seed, done, writer, handle, bar, label)
+        if done:  # its rows are written after the strategy ended, so a run that stopped early is whole too
+            bar.finished(label + " (already in the CSV; the strategy stopped early)", done, best, started)
+            return True
+        _one_kernel_tuner(plan, objective, tuner_spec, seed, writer, handle, bar, label)
         return True
     if metaschedule.is_peer(tuner_spec):
         _one_metaschedule(plan, objective, tuner_spec, seed, writer, handle, bar, label, out)
@@ -188,8 +191,11 @@ def _end_to_end(objective: Network, tuner_spec: str, seed: int, out: Path, **ker
                               **kernels)
 
 
-def _one_kernel_tuner(plan: Plan, objective: Objective, spec: str, seed: int, done: int, writer: csv.DictWriter,
+def _one_kernel_tuner(plan: Plan, objective: Objective, spec: str, seed: int, writer: csv.DictWriter,
                       handle: TextIO, bar: Progress, label: str) -> None:
+    """One run of a Kernel Tuner strategy, its rows written once the strategy has ended. It is
+    never resumed: some strategies stop before the budget and do not repeat their run with the
+    same seed (dual_annealing, firefly_algorithm), so a second call would continue another run."""
     if not isinstance(objective, Cache):
         raise ValueError(f"{spec}: Kernel Tuner's strategies run on cache objectives only, not {objective.kind}")
     started = time.time()
@@ -199,8 +205,6 @@ def _one_kernel_tuner(plan: Plan, objective: Objective, spec: str, seed: int, do
         report = objective(evaluation.parameters)
         begin, clock = clock + evaluation.strategy_ms / 1e3, clock + evaluation.strategy_ms / 1e3 + report["seconds"]
         best = max(best, float(report["default"]))
-        if index < done:
-            continue
         writer.writerow({
             "objective": objective.kind, "workload": objective.workload, "target": objective.target,
             "tuner": spec, "seed": seed, "index": index, "parameter_id": index, "started_s": f"{begin:.3f}",

@@ -60,6 +60,28 @@ def test_optuna_samplers_run_under_the_driver_once_per_configuration(tiny, sampl
     assert max(t.result["default"] for t in run.trials) == pytest.approx(0.4)
 
 
+def test_a_kernel_tuner_run_that_stopped_early_is_not_run_again(tiny, tmp_path, monkeypatch):
+    """A strategy that stops before the budget left a shorter run; the same command again keeps
+    it as it is (some strategies do not repeat a run with the same seed, so a second call would
+    append another run's evaluations)."""
+    from nni_opevo_bench.runner import Plan, run
+
+    calls = []
+    real = kernel_tuner_strategies.run
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)[:3]  # stops after three evaluations
+
+    monkeypatch.setattr(kernel_tuner_strategies, "run", counted)
+    plan = Plan([Cache(tiny)], ["kt:random_sample"], [0], 8, 1)
+    out = tmp_path / "rows.csv"
+    run(plan, out, progress=False)
+    first = out.read_text()
+    run(plan, out, progress=False)
+    assert len(calls) == 1 and out.read_text() == first and len(first.strip().splitlines()) == 1 + 3
+
+
 def test_optuna_takes_nni_types_and_refuses_factor_naming_it():
     tuner = optuna_peers.build("optuna:tpe", 1)
     tuner.update_search_space({"a": {"_type": "randint", "_value": [2, 5]}, "b": {"_type": "uniform", "_value": [0, 1]},
