@@ -88,15 +88,16 @@ def build_and_measure(job: dict[str, Any], holding: bool) -> None:
     """``holding``: the device lock is held already (the CPU), else it is taken to measure."""
     from .targets import Target
 
-    if Target.from_json(job["target"]).kind == "llvm" or job.get("build_only"):
+    requested = Target.from_json(job["target"])
+    # TVM is loaded here, after the stdout redirect, so its own output never reaches the events.
+    if requested.kind == "llvm" or job.get("build_only"):
         load_tvm_without_torch()
-    # Imported here, after the stdout redirect, so TVM's own output never reaches the events.
     from . import files, kernel
     from .device_lock import DeviceBusy, exclusive
     from .workloads import Workload
 
     workload = Workload.from_json(job["workload"])
-    target = kernel.for_host(Target.from_json(job["target"]))
+    target = kernel.for_host(requested)
     params = job["params"]
     try:
         module = kernel.scheduled(workload, params, target)
