@@ -70,7 +70,13 @@ def main(argv: list[str] | None = None) -> None:
     for path in (args.before, args.after):
         if not path.is_file():
             parser.error(f"{path}: no such file (a fractions.csv of nni-opevo hub)")
-    print(table(runs(args.before, args.tuner), runs(args.after, args.tuner)), end="")
+    read = {}
+    for path in (args.before, args.after):
+        try:
+            read[path] = runs(path, args.tuner)
+        except (KeyError, ValueError, UnicodeDecodeError) as e:
+            parser.error(f"{path}: not a fractions.csv of nni-opevo hub (slice, space, tuner, seed, budget, fraction: {e})")
+    print(table(read[args.before], read[args.after]), end="")
 
 
 if __name__ == "__main__":

@@ -184,3 +184,7 @@ def test_a_change_is_paired_run_by_run_per_slice_and_space(tmp_path, capsys):
     with pytest.raises(SystemExit):
         change.main([str(tmp_path / "none.csv"), str(after)])
     assert "no such file" in capsys.readouterr().err
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(SystemExit):
+        change.main([str(tmp_path / "other.csv"), str(after)])
+    assert "not a fractions.csv of nni-opevo hub" in capsys.readouterr().err
