@@ -137,6 +137,30 @@ def test_each_examples_cuda_space_compiles_without_local_memory(name, tmp_path):
             assert "__shared__" in source, params
 
 
+def test_a_power_by_a_whole_number_is_multiplied_out_in_cuda_kernels(tmp_path, monkeypatch):
+    """TVM compiles CUDA with fast math, where ``powf`` of a negative base is NaN: a layer norm's
+    squared differences would be NaN on the GPU. Whole exponents become multiplications; others stay."""
+    workload = _example("layer_norm")
+    params, _ = constraint.draw(workload, H100, 0)
+    assert "powf" not in kernel.source(kernel.build(kernel.scheduled(workload, params, H100), H100), H100)
+    (tmp_path / "powers.py").write_text(textwrap.dedent("""
+        from tvm import te
+        from trial_code.operators import Operator
+        def powers(n=64):
+            x = te.placeholder((n,), "float32", name="X")
+            y = te.compute((n,), lambda i: te.power(x[i], 3.0) + te.power(x[i], -2.0) + te.power(x[i], 0.0)
+                           + te.power(x[i], 0.5), name="Y")
+            return Operator([x], y, flops=n, reference=lambda x: x ** 3 + x ** -2.0 + 1 + x ** 0.5)
+    """))
+    monkeypatch.chdir(tmp_path)
+    workload = workloads.make("operator", operator="powers:powers")
+    params, _ = constraint.draw(workload, H100, 0)
+    source = kernel.source(kernel.build(kernel.scheduled(workload, params, H100), H100), H100)
+    powers = source.count("powf(")  # only x ** 0.5 is left to powf, once for each element a thread computes
+    assert powers and source.count(", 0x1p-1f/*5.000000e-01*/)") == powers, source
+    assert source.count("0x1p+0f/*1.000000e+00*/ / (X_ptr") == powers, source  # x ** -2 as 1 / (x * x)
+
+
 # -- malformed operators: one line each, before anything is built -------------------------------------
 MODULES = {
     "raises_on_import": "raise RuntimeError('boom at import')\n",

@@ -8,12 +8,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from . import fast_math
 from .targets import Target, import_tvm
 from .templates import for_workload
 from .workloads import Workload
 
 tvm = import_tvm()  # before TVM's runtime starts its CPU thread pool (``targets.cpu_threads``)
 from tvm import s_tir, te  # noqa: E402
+
+fast_math.register(tvm)
 
 
 def for_host(target: Target) -> Target:
