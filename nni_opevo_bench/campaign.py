@@ -18,10 +18,14 @@ complete is skipped. The stages, in the order of the project's goals:
    configuration the GPU refuses is a bug in the check; a refused one that runs is lost space).
 4. ``throughput``: trials per minute, the build times, and the shares of a trial's time spent
    building, waiting for the GPU and measuring.
-5. ``operators``: OpEvo at 128 trials on each operator of ``examples/operators.py`` (a user's
+5. ``knobs``: the GEMM space's pipeline and block-order knobs (``stages``, ``pad``, ``raster``)
+   on tuned tiles: the best tiles of each GEMM goal run, each measured under every combination
+   of those knobs the check admits, so each knob's worth is read with the tile held fixed
+   rather than through one noisy search.
+6. ``operators``: OpEvo at 128 trials on each operator of ``examples/operators.py`` (a user's
    computation, its template derived: ``trial_code.templates.derived``) at its default shape;
    the call runs in the repository's root, where ``examples`` imports.
-6. ``comparison``: OpEvo, G-BFS, N-A2C, AutoTVM, NoSE and TPE at 128 trials, one workload per
+7. ``comparison``: OpEvo, G-BFS, N-A2C, AutoTVM, NoSE and TPE at 128 trials, one workload per
    step (each within one loan), then two more seeds of each; builds in parallel, measurements one
    at a time.
 
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import itertools
 import json
 import os
 import shutil
@@ -51,6 +56,8 @@ from typing import Any
 from trial_code import anchor, constraint, targets
 from trial_code.cli import add_number
 from trial_code.evaluate import Limits, Result, evaluate
+from trial_code.templates import Infeasible, for_workload
+from trial_code.templates.gemm import KNOBS
 from trial_code.workloads import NAMED, lookup
 
 from . import campaign_calls
@@ -61,6 +68,7 @@ from .objectives import Live
 from .operators import EXAMPLES
 from .runner import Plan
 from .runner import run as run_plan
+from .table import read_rows
 
 TUNERS = ("opevo", "gbfs", "na2c", "autotvm", "nose", "tpe")
 STAGES = STAGE_ORDER
@@ -103,6 +111,10 @@ class Scale:
     admitted: int
     probes: int
     throughput: int
+    knobs: tuple[str, ...]
+    knob_tiles: int
+    knob_combinations: int | None
+    """Combinations of the knobs measured per tile (None: all of them)."""
     operators: tuple[Step, ...]
     steps: tuple[Step, ...]
 
@@ -111,17 +123,21 @@ PAPER = ("MM1", "MM2", "MM3", "BMM1", "BMM2", "BMM3", "C1", "C2")
 GOALS = tuple(GOAL_RATIOS)
 REAL = Scale(anchors=PAPER, goals=tuple(Step((name,), 1, 128, ("opevo",)) for name in GOALS),
              correctness=tuple(NAMED), admitted=3, probes=2, throughput=64,
+             knobs=tuple(name for name in GOALS if lookup(name).family in ("matmul", "batch_matmul")),
+             knob_tiles=2, knob_combinations=None,
              operators=tuple(Step((spec,), 1, 128, ("opevo",)) for spec in EXAMPLES),
              steps=(*(Step((name,), 1, 128) for name in GOALS), *(Step((name,), 3, 128) for name in GOALS)))
 DRY = Scale(anchors=("MM1", "C1"), goals=(Step(("MM1",), 1, 2, ("opevo",)), Step(("C1",), 1, 1, ("opevo",))),
             correctness=("MM_small", "BMM_small", "C_small", "MM1", "BMM2", "BMM3", "C1"), admitted=1, probes=1,
-            throughput=4, operators=tuple(Step((spec,), 1, 1, ("opevo",)) for spec in EXAMPLES
+            throughput=4, knobs=("MM1",), knob_tiles=1, knob_combinations=2,
+            operators=tuple(Step((spec,), 1, 1, ("opevo",)) for spec in EXAMPLES
                                                 if spec.endswith((":matmul_bias_gelu", ":layer_norm"))),
             steps=(Step(("MM1",), 1, 2), Step(("BMM1",), 1, 1), Step(("MM1",), 2, 2)))
-STAGE_MINUTES = {"anchors": 0.2, "goals": 17.5, "correctness": 4.2, "throughput": 0.9, "operators": 12.5}
-"""Minutes each stage of the real campaign took on the lent H100 (docs/results/h100, 2026-11-25:
-896 goal trials in 17.5 minutes, 51 a minute with C1 the slowest); the operators' stage and the
-comparison's steps are estimated from their trial counts at that rate (``stage_minutes``)."""
+STAGE_MINUTES = {"anchors": 0.2, "goals": 17.5, "correctness": 4.2, "throughput": 0.9, "knobs": 2.8,
+                 "operators": 7.4}
+"""Minutes each stage of the real campaign took on the lent H100 (docs/results/h100, 2026-11-25
+and 26: 896 goal trials in 17.5 minutes, 51 a minute with C1 the slowest); the comparison's steps
+are estimated from their trial counts at that rate (``stage_minutes``)."""
 TRIALS_PER_MINUTE = 51.0
 
 
@@ -258,6 +274,31 @@ class Campaign:
 
         return self._each(todo, one, path)
 
+    # -- knobs -------------------------------------------------------------------------------
+    def knobs(self) -> bool:
+        """Each GEMM goal workload's best ``knob_tiles`` tiles from ``goals.csv`` (a tile: the
+        configuration less the knobs), measured under every combination of the knobs, in
+        ``knobs.jsonl``; a combination the check refuses is recorded with its rule, not run."""
+        path = self.out / "knobs.jsonl"
+        done = {(r["workload"], r["tile"], json.dumps(r["knobs"], sort_keys=True)) for r in read_jsonl(path)}
+        todo = [(name, rank, tile, knobs) for name in self.scale.knobs
+                for rank, tile in enumerate(tuned_tiles(self.out / "goals.csv", name, self.scale.knob_tiles))
+                for knobs in knob_combinations(name, self.target.kind)[:self.scale.knob_combinations]
+                if (name, rank, json.dumps(knobs, sort_keys=True)) not in done]
+
+        def one(item: tuple[str, int, dict[str, Any], dict[str, int]]) -> dict[str, Any]:
+            name, rank, tile, knobs = item
+            workload, params = lookup(name), {**tile, **knobs}
+            row = {"workload": name, "tile": rank, "knobs": knobs, "params": params}
+            try:
+                for_workload(workload).check(workload, params, self.target)
+            except Infeasible as exc:
+                return {**row, "status": "REFUSED", "rule": str(exc), "tflops": None, "device": self.gpu}
+            return {**row, **self._result_fields(evaluate(workload, params, self.target, LIMITS,
+                                                          build_only=self.dry_run))}
+
+        return self._each(todo, one, path)
+
     # -- throughput --------------------------------------------------------------------------
     def throughput(self) -> bool:
         path = self.out / "throughput.jsonl"
@@ -301,6 +342,25 @@ class Campaign:
         return {"status": result.status.name, "tflops": result.tflops, "latency_ms": result.latency_ms,
                 "build_s": result.build_s, "wait_s": result.wait_s, "measure_s": result.measure_s,
                 "total_s": result.total_s, "error": result.error[-300:], "device": self.gpu}
+
+
+def tuned_tiles(goals_csv: Path, name: str, count: int) -> list[dict[str, Any]]:
+    """The ``count`` fastest tiles of a workload's goal runs, fastest first: each configuration
+    less the knobs (and ``double_buffer``, which ``stages`` took over), the fastest one kept of
+    those with the same blocking (``tile_*``)."""
+    rows = [row for row in read_rows(goals_csv) if row["workload"] == name and row["status"] == "NO_ERROR"]
+    tiles: dict[str, dict[str, Any]] = {}
+    for row in sorted(rows, key=lambda row: -float(row["tflops"])):
+        tile = {key: value for key, value in json.loads(row["configuration"]).items()
+                if key not in (*KNOBS, "double_buffer")}
+        tiles.setdefault(json.dumps({key: tile[key] for key in tile if key.startswith("tile_")}, sort_keys=True), tile)
+    return list(tiles.values())[:count]
+
+
+def knob_combinations(name: str, target_kind: str) -> list[dict[str, int]]:
+    """Every combination of the knobs' values in the workload's space."""
+    space = for_workload(lookup(name)).space(lookup(name), target_kind)
+    return [dict(zip(KNOBS, values)) for values in itertools.product(*(space[knob]["_value"] for knob in KNOBS))]
 
 
 def draw(name: str, target: targets.Target, seed: int, admitted: bool) -> tuple[dict[str, Any] | None, str]:

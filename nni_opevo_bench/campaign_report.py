@@ -19,7 +19,7 @@ from trial_code.status import Status
 
 from .table import read_rows
 
-STAGE_ORDER = ("anchors", "goals", "correctness", "throughput", "operators", "comparison")
+STAGE_ORDER = ("anchors", "goals", "correctness", "throughput", "knobs", "operators", "comparison")
 GOALS = {"MM1": 1.0, "MM2": 1.0, "MM3": 1.0, "BMM1": 1.0, "BMM2": 1.0, "BMM3": 1.0, "C1": 0.9}
 """The project's goals: the best kernel's speed over the vendor library's at fp32, TF32 off
 (cuBLAS on MM1-3 and BMM1-3, cuDNN on C1; C2's cuDNN figure is a Winograd or FFT algorithm
@@ -61,6 +61,7 @@ def write_readme(out: Path) -> None:
     lines += _tuner_table(out / "goals.csv", anchors, "## OpEvo against the vendor libraries")
     lines += _correctness_table(list(read_jsonl(out / "correctness.jsonl")))
     lines += _throughput_table(list(read_jsonl(out / "throughput.jsonl")))
+    lines += _knobs_table(list(read_jsonl(out / "knobs.jsonl")), out / "goals.csv", anchors)
     lines += _tuner_table(out / "operators.csv", anchors, "## Users' operators (examples/operators.py), OpEvo")
     lines += _tuner_table(out / "trials.csv", anchors, "## Comparison")
     write_atomic(out / "README.md", "\n".join(lines) + "\n")
@@ -159,3 +160,45 @@ def _throughput_table(rows: list[dict[str, Any]]) -> list[str]:
             f"| {len(trials)} | {60 * len(trials) / wall:.1f} | {p10:.2f} / {p50:.2f} / {p90:.2f} / "
             f"{np.max(builds):.2f} | {shares['build']:.0%} | {shares['wait']:.0%} | {shares['measure']:.0%} | "
             f"{1 - sum(shares.values()):.0%} |", ""]
+
+
+def _knobs_table(rows: list[dict[str, Any]], goals_csv: Path, anchors: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    vendor = {a["workload"]: a["tflops"] for a in anchors if not a["tf32"] and a.get("library")}
+    goal_best: dict[str, float] = {}
+    for row in read_rows(goals_csv):
+        goal_best[row["workload"]] = max(goal_best.get(row["workload"], 0.0), float(row["tflops"]))
+    knobs = list(rows[0]["knobs"])
+    values = {knob: sorted({r["knobs"][knob] for r in rows}) for knob in knobs}
+    lines = ["## The GEMM space's knobs on tuned tiles", "",
+             "Each workload's fastest tiles of its goal run (the configuration less these knobs), measured under "
+             "every combination of the knobs the check admits. Per value of a knob: the best TFLOPS with that "
+             "value, over the tiles and the other knobs (-: the check refused that value for every tile).", "",
+             "| workload | tiles | ran / refused / failed | goal run's best | best here | / vendor | "
+             + " | ".join(f"{knob} {'/'.join(map(str, values[knob]))}" for knob in knobs) + " |",
+             "|---|---|---|---|---|---|" + "---|" * len(knobs)]
+    for name in dict.fromkeys(r["workload"] for r in rows):
+        mine = [r for r in rows if r["workload"] == name]
+        ran = [r for r in mine if r["status"] == Status.NO_ERROR.name and r["tflops"]]
+        if not ran:
+            refused = sum(r["status"] == "REFUSED" for r in mine)
+            lines.append(f"| {name} | {len({r['tile'] for r in mine})} | 0 / {refused} / {len(mine) - refused} | "
+                         "- | - | - |"
+                         + " - |" * len(knobs))
+            continue
+        best = max(ran, key=lambda r: r["tflops"])
+        cells = [" / ".join(_best_with(ran, knob, value) for value in values[knob]) for knob in knobs]
+        fraction = f"{best['tflops'] / vendor[name]:.3f}" if vendor.get(name) else "-"
+        chosen = ", ".join(f"{knob} {best['knobs'][knob]}" for knob in knobs)
+        refused = sum(r["status"] == "REFUSED" for r in mine)
+        lines.append(f"| {name} | {len({r['tile'] for r in mine})} | {len(ran)} / {refused} / "
+                     f"{len(mine) - len(ran) - refused} | "
+                     f"{goal_best.get(name, math.nan):.2f} | {best['tflops']:.2f} ({chosen}) | {fraction} | "
+                     + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _best_with(ran: list[dict[str, Any]], knob: str, value: Any) -> str:
+    found = [r["tflops"] for r in ran if r["knobs"][knob] == value]
+    return f"{max(found):.1f}" if found else "-"

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -75,6 +76,11 @@ def test_a_call_killed_mid_trial_keeps_its_rows_and_the_next_resumes_without_rep
     operators = Counter((r["workload"], r["status"]) for r in _csv(out / "operators.csv"))
     assert operators == {("examples.operators:matmul_bias_gelu", "NO_ERROR"): 1,
                          ("examples.operators:layer_norm", "NO_ERROR"): 1}  # users' operators, built for the GPU
+    knobs = _lines(out / "knobs.jsonl")  # the fastest goal tile under the first two combinations of the knobs
+    assert [(r["workload"], r["tile"], r["status"]) for r in knobs] == [("MM1", 0, "NO_ERROR")] * 2
+    assert {json.dumps(r["knobs"], sort_keys=True) for r in knobs} == {
+        json.dumps(k, sort_keys=True) for k in campaign.knob_combinations("MM1", "cuda")[:2]}
+    assert all({**r["params"], **r["knobs"]} == r["params"] and "double_buffer" not in r["params"] for r in knobs)
     rows = _csv(out / "trials.csv")
     runs = Counter((r["workload"], r["tuner"], r["seed"]) for r in rows)
     assert len({(r["workload"], r["tuner"], r["seed"], r["index"]) for r in rows}) == len(rows)
@@ -86,12 +92,13 @@ def test_a_call_killed_mid_trial_keeps_its_rows_and_the_next_resumes_without_rep
     assert sorted(r["index"] for r in throughput if "index" in r) == [0, 1, 2, 3]
     readme = (out / "README.md").read_text()
     for heading in ("## Calls", "## Vendor libraries", "## OpEvo against the vendor libraries", "## Correctness",
-                    "## Comparison", "## Throughput", "## Users' operators"):
+                    "## Comparison", "## Throughput", "## Users' operators", "## The GEMM space's knobs"):
         assert heading in readme
     assert "dry run" in readme and "sm_90a" in readme and "cut off" in readme  # the killed call
 
     # Once complete, the same command repeats nothing.
-    before = {name: (out / name).read_text() for name in ("correctness.jsonl", "trials.csv", "goals.csv", "anchors.json")}
+    before = {name: (out / name).read_text() for name in ("correctness.jsonl", "trials.csv", "goals.csv", "anchors.json",
+                                                          "knobs.jsonl")}
     campaign.main(["--dry-run", "--out", str(out), "--concurrency", "2"])
     assert {name: (out / name).read_text() for name in before} == before
     assert "all done" in capsys.readouterr().out
@@ -153,6 +160,19 @@ def test_the_report_redraws_each_published_device_folder(tmp_path, device):
     shutil.copytree(published, tmp_path / device)
     campaign.main(["--report", "--out", str(tmp_path / device)])
     assert (tmp_path / device / "README.md").read_text() == open(os.path.join(published, "README.md")).read()
+
+
+def test_the_knobs_stage_takes_the_fastest_distinct_tiles_of_the_goal_runs():
+    """From the H100's goal runs (the space before ``stages``, ``pad`` and ``raster``): the two fastest
+    blockings of MM2, fastest first, without the knobs or the ``double_buffer`` they replaced."""
+    goals = os.path.join(os.path.dirname(__file__), "..", "docs", "results", "h100", "goals.csv")
+    tiles = campaign.tuned_tiles(Path(goals), "MM2", 2)
+    rows = sorted((r for r in _csv(goals) if r["workload"] == "MM2"), key=lambda r: -float(r["tflops"]))
+    assert tiles[0] == {k: v for k, v in json.loads(rows[0]["configuration"]).items() if k != "double_buffer"}
+    assert len(tiles) == 2 and len({json.dumps([t["tile_n"], t["tile_m"], t["tile_k"]]) for t in tiles}) == 2
+    assert not any(set(tile) & {"stages", "pad", "raster", "double_buffer"} for tile in tiles)
+    combinations = campaign.knob_combinations("MM2", "cuda")
+    assert len(combinations) == 4 * 2 * 4 and len({json.dumps(c, sort_keys=True) for c in combinations}) == 32
 
 
 # -- the plan of device calls -----------------------------------------------------------------------

@@ -60,6 +60,9 @@ BANKS = 32
 PAD = 4
 """Shared memory's banks, and the floats a padded row's stride exceeds a multiple of them by
 (four keeps the 128-bit loads aligned)."""
+KNOBS = ("stages", "pad", "raster")
+"""The knobs of the shared-memory pipeline and the block order, which a tuned tile keeps its
+meaning under (the GPU campaign's ``knobs`` stage measures each tile under all of them)."""
 ASYNC_COPY_CC = 80
 """``cp.async`` (the double buffer's copies) exists from compute capability 8.0 (Ampere)."""
 
