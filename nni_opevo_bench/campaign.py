@@ -5,17 +5,18 @@
 One command for the rare, short loans of a GPU machine (docs/gpu-campaign.md): each call runs
 for at most ``--minutes`` and stops itself there whatever is in flight, appends what it measured
 under ``DIR`` row by row, and the same command resumes where the last call stopped; a stage once
-complete is skipped. The stages, in the order of the project's goals:
+complete is skipped unless its scope has grown since (``Campaign.scope``). The stages, in the order of the project's goals:
 
 1. ``anchors``: cuBLAS and cuDNN through PyTorch on the paper's shapes, fp32 with TF32 off (our
    kernels' class) and TF32 on for reference (``trial_code.anchor``).
 2. ``goals``: OpEvo alone at 128 trials on each workload the goals name (MM1-3, BMM1-3, C1),
    each a complete figure against its vendor library.
 3. ``correctness``: random configurations the static check admits, for every named workload
-   and layout, built and run through the trial code and checked against float64; and
-   configurations it refuses for a launch limit (shared memory, registers, threads), run
-   without the check, so the check's limits are compared with what the GPU accepts (an admitted
-   configuration the GPU refuses is a bug in the check; a refused one that runs is lost space).
+   and layout and every user's operator of ``examples/operators.py``, built and run through the
+   trial code and checked against float64 (or the operator's reference); and configurations it
+   refuses for a launch limit (shared memory, registers, threads), run without the check, so the
+   check's limits are compared with what the GPU accepts (an admitted configuration the GPU
+   refuses or gets wrong is a bug in the check or a template; a refused one that runs is lost space).
 4. ``throughput``: trials per minute, the build times, and the shares of a trial's time spent
    building, waiting for the GPU and measuring.
 5. ``knobs``: the GEMM space's pipeline and block-order knobs (``stages``, ``pad``, ``raster``)
@@ -58,7 +59,7 @@ from trial_code.cli import add_number
 from trial_code.evaluate import Limits, Result, evaluate
 from trial_code.templates import Infeasible, for_workload
 from trial_code.templates.gemm import KNOBS
-from trial_code.workloads import NAMED, lookup
+from trial_code.workloads import NAMED, lookup, named_or_operator
 
 from . import campaign_calls
 from .campaign_calls import RESERVE_S
@@ -122,13 +123,14 @@ class Scale:
 PAPER = ("MM1", "MM2", "MM3", "BMM1", "BMM2", "BMM3", "C1", "C2")
 GOALS = tuple(GOAL_RATIOS)
 REAL = Scale(anchors=PAPER, goals=tuple(Step((name,), 1, 128, ("opevo",)) for name in GOALS),
-             correctness=tuple(NAMED), admitted=3, probes=2, throughput=64,
+             correctness=(*NAMED, *EXAMPLES), admitted=3, probes=2, throughput=64,
              knobs=tuple(name for name in GOALS if lookup(name).family in ("matmul", "batch_matmul")),
              knob_tiles=2, knob_combinations=None,
              operators=tuple(Step((spec,), 1, 128, ("opevo",)) for spec in EXAMPLES),
              steps=(*(Step((name,), 1, 128) for name in GOALS), *(Step((name,), 3, 128) for name in GOALS)))
 DRY = Scale(anchors=("MM1", "C1"), goals=(Step(("MM1",), 1, 2, ("opevo",)), Step(("C1",), 1, 1, ("opevo",))),
-            correctness=("MM_small", "BMM_small", "C_small", "MM1", "BMM2", "BMM3", "C1"), admitted=1, probes=1,
+            correctness=("MM_small", "BMM_small", "C_small", "MM1", "BMM2", "BMM3", "C1", "examples.operators:layer_norm"),
+            admitted=1, probes=1,
             throughput=4, knobs=("MM1",), knob_tiles=1, knob_combinations=2,
             operators=tuple(Step((spec,), 1, 1, ("opevo",)) for spec in EXAMPLES
                                                 if spec.endswith((":matmul_bias_gelu", ":layer_norm"))),
@@ -189,7 +191,8 @@ class Campaign:
         self.state["calls"].append(call)
         self.save()
         for stage in stages:
-            if self.state["stages"].get(stage, {}).get("complete"):
+            record = self.state["stages"].get(stage, {})
+            if record.get("complete") and record.get("scope") == self.scope(stage):
                 continue
             if self.past_deadline():
                 break
@@ -198,13 +201,24 @@ class Campaign:
             self.save()
             complete = getattr(self, stage)()
             if complete:
-                self.state["stages"][stage] = {"complete": True, "finished": _now()}
+                self.state["stages"][stage] = {"complete": True, "finished": _now(), "scope": self.scope(stage)}
             self.save()
             if not complete:
                 break
         call["ended"] = _now()
         self.save()
         write_readme(self.out)
+
+    def scope(self, stage: str) -> list[str]:
+        """What a stage covers at this scale. A complete stage whose scope has grown since (a
+        workload added to the correctness checks) runs again, and finds only the new items to do:
+        each stage skips what its rows hold already."""
+        scale = self.scale
+        steps = {"goals": scale.goals, "operators": scale.operators, "comparison": scale.steps}
+        if stage in steps:
+            return [step.name for step in steps[stage]]
+        return {"anchors": list(scale.anchors), "correctness": [*scale.correctness, f"{scale.admitted}+{scale.probes}"],
+                "throughput": [str(scale.throughput)], "knobs": [*scale.knobs, str(scale.knob_tiles)]}[stage]
 
     # -- anchors -----------------------------------------------------------------------------
     def anchors(self) -> bool:
@@ -255,14 +269,16 @@ class Campaign:
     def correctness(self) -> bool:
         path = self.out / "correctness.jsonl"
         done = {(r["workload"], r["kind"], r["index"]) for r in read_jsonl(path)}
+        # Probes for the named workloads only: a user's normalization has no configuration a launch
+        # limit refuses (its threads are a factor of its rows), and looking for one costs DRAWS draws.
         todo = [(name, kind, index) for name in self.scale.correctness
-                for kind, count in (("admitted", self.scale.admitted), ("probe", self.scale.probes))
+                for kind, count in (("admitted", self.scale.admitted), ("probe", self.scale.probes if name in NAMED else 0))
                 for index in range(count) if (name, kind, index) not in done]
 
         def one(item: tuple[str, str, int]) -> dict[str, Any]:
             name, kind, index = item
-            workload = lookup(name)
-            seed = 1000 * list(NAMED).index(name) + index
+            workload = named_or_operator(name)
+            seed = 1000 * (*NAMED, *EXAMPLES).index(name) + index
             params, rule = draw(name, self.target, seed, admitted=kind == "admitted")
             if params is None:
                 return {"workload": name, "kind": kind, "index": index, "params": None, "rule": rule,
@@ -304,6 +320,8 @@ class Campaign:
         path = self.out / "throughput.jsonl"
         done = {r["index"] for r in read_jsonl(path) if "index" in r}
         todo = [index for index in range(self.scale.throughput) if index not in done]
+        if not todo:
+            return True
         started = time.monotonic()
 
         def one(index: int) -> dict[str, Any]:
@@ -366,7 +384,7 @@ def knob_combinations(name: str, target_kind: str) -> list[dict[str, int]]:
 def draw(name: str, target: targets.Target, seed: int, admitted: bool) -> tuple[dict[str, Any] | None, str]:
     """A random configuration the static check admits, or (a probe) one it refuses for a launch
     limit only, with the rule that refused it (``constraint.draw``)."""
-    return constraint.draw(lookup(name), target, seed, () if admitted else LAUNCH_LIMITS, tries=DRAWS)
+    return constraint.draw(named_or_operator(name), target, seed, () if admitted else LAUNCH_LIMITS, tries=DRAWS)
 
 
 def _nvidia_smi(field: str) -> str:

@@ -89,7 +89,7 @@ def _correctness_table(rows: list[dict[str, Any]]) -> list[str]:
             cells.append(", ".join(f"{status} {n}" for status, n in sorted(counts.items())) or "-")
         lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
     admitted = [r for r in rows if r["kind"] == "admitted"]
-    if rows and all(r["latency_ms"] is None for r in rows):  # a dry run: built, nothing ran
+    if rows and all(r.get("latency_ms") is None for r in rows):  # a dry run: built, nothing ran
         unbuilt = [r for r in admitted if r["status"] != Status.NO_ERROR.name]
         return lines + ["", f"Dry run: admitted configurations that failed to build: {len(unbuilt)}.", ""]
     bugs = [r for r in admitted if r["status"] in LAUNCH_FAILURES]

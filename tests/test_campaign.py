@@ -64,7 +64,8 @@ def test_a_call_killed_mid_trial_keeps_its_rows_and_the_next_resumes_without_rep
     assert all(state["stages"][stage]["complete"] for stage in campaign.STAGES) and len(state["calls"]) == 2
     checked = _lines(out / "correctness.jsonl")
     keys = Counter((r["workload"], r["kind"], r["index"]) for r in checked)
-    assert len(keys) == 14 and set(keys.values()) == {1}  # 7 workloads, one admitted and one probe each, once
+    assert len(keys) == 15 and set(keys.values()) == {1}  # 7 workloads, one admitted and one probe each, and
+    assert ("examples.operators:layer_norm", "admitted", 0) in keys  # a user's operator, one admitted, once
     assert checked[:len(kept)] == kept  # what the killed call finished is kept as it was
     assert all(r["status"] == "NO_ERROR" and r["latency_ms"] is None for r in checked if r["kind"] == "admitted")
     assert all(r["rule"] and r["params"] for r in checked if r["kind"] == "probe")
@@ -102,6 +103,21 @@ def test_a_call_killed_mid_trial_keeps_its_rows_and_the_next_resumes_without_rep
     campaign.main(["--dry-run", "--out", str(out), "--concurrency", "2"])
     assert {name: (out / name).read_text() for name in before} == before
     assert "all done" in capsys.readouterr().out
+
+    # A folder whose correctness stage was completed before the users' operators joined it: the next
+    # call checks those alone, and repeats nothing else.
+    state = json.loads((out / "campaign.json").read_text())
+    del state["stages"]["correctness"]["scope"]
+    (out / "campaign.json").write_text(json.dumps(state))
+    older = [line for line in (out / "correctness.jsonl").read_text().splitlines() if "examples." not in line]
+    (out / "correctness.jsonl").write_text("\n".join(older) + "\n")
+    campaign.main(["--dry-run", "--out", str(out), "--concurrency", "2"])
+    rows = (out / "correctness.jsonl").read_text().splitlines()
+    assert rows[:len(older)] == older and len(rows) == len(older) + 1
+    assert {json.loads(row)["workload"] for row in rows[len(older):]} == {"examples.operators:layer_norm"}
+    assert {name: (out / name).read_text() for name in before if name != "correctness.jsonl"} == \
+        {name: text for name, text in before.items() if name != "correctness.jsonl"}
+    assert json.loads((out / "campaign.json").read_text())["calls"][-1]["stages"] == ["correctness"]
 
 
 def test_the_calls_hard_limit_ends_it_whatever_is_in_flight():
