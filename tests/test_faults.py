@@ -2,7 +2,8 @@
 nothing is lost, repeated or left running (docs/reliability.md tabulates the same faults).
 
 Kernel faults (a segfault, a hang) are injected into the real worker through a
-``sitecustomize`` module on its PYTHONPATH, which replaces the timing call the worker makes."""
+``sitecustomize`` module on its PYTHONPATH, which replaces the timing call the worker makes
+when the worker imports it."""
 from __future__ import annotations
 
 import json
@@ -24,26 +25,53 @@ from trial_code.device_lock import DeviceBusy, exclusive
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS = {"tile_n": [8, 8, 4], "tile_m": [4, 4, 16], "tile_k": [64, 4], "block_order": ["n", "k", "m"]}
 SEGFAULT = """
-import ctypes, trial_code.measure as m
-m.time_kernel = lambda *a, **k: ctypes.string_at(0)
+import ctypes
+def patch(m):
+    m.time_kernel = lambda *a, **k: ctypes.string_at(0)
 """
 HANG = """
-import os, time, trial_code.measure as m
-def forever(*a, **k):
-    open(os.environ["NNI_OPEVO_TEST_TIMING"], "w").close()
-    while True:
-        time.sleep(1)
-m.time_kernel = forever
+import os, time
+def patch(m):
+    def forever(*a, **k):
+        open(os.environ["NNI_OPEVO_TEST_TIMING"], "w").close()
+        while True:
+            time.sleep(1)
+    m.time_kernel = forever
 """
 
 
 NATIVE_HANG = """
-import os, trial_code.measure as m
-real = m.time_kernel
-def forever(module, args, device, repeat, min_repeat_ms, adaptive=False):
-    open(os.environ["NNI_OPEVO_TEST_TIMING"], "w").close()
-    return real(module, args, device, 1000, 600_000)  # ten minutes inside TVM's time evaluator (C++)
-m.time_kernel = forever
+import os
+def patch(m):
+    real = m.time_kernel
+    def forever(module, args, device, repeat, min_repeat_ms, adaptive=False):
+        open(os.environ["NNI_OPEVO_TEST_TIMING"], "w").close()
+        return real(module, args, device, 1000, 600_000)  # ten minutes inside TVM's time evaluator (C++)
+    m.time_kernel = forever
+"""
+ON_IMPORT = """
+import importlib.abc, importlib.util, sys
+
+class _Patcher(importlib.abc.MetaPathFinder):
+    \"\"\"Applies ``patch`` to trial_code.measure once something imports it, so that the processes
+    that never time a kernel (the trial's parent) do not import TVM here, and the worker loads it
+    its own way.\"\"\"
+
+    def find_spec(self, name, path, target=None):
+        if name != "trial_code.measure":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, _Patcher())
 """
 
 
@@ -58,7 +86,7 @@ def env(tmp_path, monkeypatch):
 def inject(tmp_path: Path, env: dict, code: str) -> dict:
     folder = tmp_path / "fault"
     folder.mkdir(exist_ok=True)
-    (folder / "sitecustomize.py").write_text(code)
+    (folder / "sitecustomize.py").write_text(code + ON_IMPORT)
     return {**env, "PYTHONPATH": f"{folder}{os.pathsep}{env.get('PYTHONPATH', '')}"}
 
 
@@ -147,10 +175,10 @@ def test_the_device_wait_follows_the_run_timeout(tmp_path, env):
     timeout plus its build timeout, not a fixed quarter of an hour."""
     with exclusive("cpu"):
         started = time.time()
-        process = trial(env, "--run-timeout", "2", "--build-timeout", "3")
+        process = trial(env, "--run-timeout", "1", "--build-timeout", "1")
         out, _ = process.communicate(timeout=300)
     report = json.loads(out)
-    assert report["status"] == "DEVICE_BUSY" and "for 9 s" in report["error"], report
+    assert report["status"] == "DEVICE_BUSY" and "for 4 s" in report["error"], report
     assert time.time() - started < 60
 
 
