@@ -5,7 +5,8 @@
 One command for the rare, short loans of a GPU machine (docs/gpu-campaign.md): each call runs
 for at most ``--minutes`` and stops itself there whatever is in flight, appends what it measured
 under ``DIR`` row by row, and the same command resumes where the last call stopped; a stage once
-complete is skipped unless its scope has grown since (``Campaign.scope``). The stages, in the order of the project's goals:
+complete is skipped unless its scope has grown since (``Campaign.scope``). The stages, in the
+order of the project's goals:
 
 1. ``anchors``: cuBLAS and cuDNN through PyTorch on the paper's shapes, fp32 with TF32 off (our
    kernels' class) and TF32 on for reference (``trial_code.anchor``).
