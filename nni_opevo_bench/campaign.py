@@ -24,10 +24,13 @@ order of the project's goals:
    on tuned tiles: the best tiles of each GEMM goal run, each measured under every combination
    of those knobs the check admits, so each knob's worth is read with the tile held fixed
    rather than through one noisy search.
-6. ``operators``: OpEvo at 128 trials on each operator of ``examples/operators.py`` (a user's
+6. ``ceiling``: the template's reach on the plain MatMuls, apart from any search: a grid of the
+   classic fp32 GEMM tiles (blocks of 64-128 by 64-128, 8 by 8 or 8 by 4 outputs a thread, K in
+   chunks of 8, split-K 1-4, two or three stages), each measured once.
+7. ``operators``: OpEvo at 128 trials on each operator of ``examples/operators.py`` (a user's
    computation, its template derived: ``trial_code.templates.derived``) at its default shape;
    the call runs in the repository's root, where ``examples`` imports.
-7. ``comparison``: OpEvo, G-BFS, N-A2C, AutoTVM, NoSE and TPE at 128 trials, one workload per
+8. ``comparison``: OpEvo, G-BFS, N-A2C, AutoTVM, NoSE and TPE at 128 trials, one workload per
    step (each within one loan), then two more seeds of each; builds in parallel, measurements one
    at a time.
 
@@ -117,6 +120,9 @@ class Scale:
     knob_tiles: int
     knob_combinations: int | None
     """Combinations of the knobs measured per tile (None: all of them)."""
+    ceiling: tuple[str, ...]
+    ceiling_tiles: int | None
+    """Classic tiles measured per workload (None: all of them)."""
     operators: tuple[Step, ...]
     steps: tuple[Step, ...]
 
@@ -127,20 +133,22 @@ REAL = Scale(anchors=PAPER, goals=tuple(Step((name,), 1, 128, ("opevo",)) for na
              correctness=(*NAMED, *EXAMPLES), admitted=3, probes=2, throughput=64,
              knobs=tuple(name for name in GOALS if lookup(name).family in ("matmul", "batch_matmul")),
              knob_tiles=2, knob_combinations=None,
+             ceiling=tuple(name for name in GOALS if lookup(name).family == "matmul"), ceiling_tiles=None,
              operators=tuple(Step((spec,), 1, 128, ("opevo",)) for spec in EXAMPLES),
              steps=(*(Step((name,), 1, 128) for name in GOALS), *(Step((name,), 3, 128) for name in GOALS)))
 DRY = Scale(anchors=("MM1", "C1"), goals=(Step(("MM1",), 1, 2, ("opevo",)), Step(("C1",), 1, 1, ("opevo",))),
             correctness=("MM_small", "BMM_small", "C_small", "MM1", "BMM2", "BMM3", "C1", "examples.operators:layer_norm"),
             admitted=1, probes=1,
-            throughput=4, knobs=("MM1",), knob_tiles=1, knob_combinations=2,
+            throughput=4, knobs=("MM1",), knob_tiles=1, knob_combinations=2, ceiling=("MM1",), ceiling_tiles=1,
             operators=tuple(Step((spec,), 1, 1, ("opevo",)) for spec in EXAMPLES
                                                 if spec.endswith((":matmul_bias_gelu", ":layer_norm"))),
             steps=(Step(("MM1",), 1, 2), Step(("BMM1",), 1, 1), Step(("MM1",), 2, 2)))
 STAGE_MINUTES = {"anchors": 0.2, "goals": 17.5, "correctness": 4.2, "throughput": 0.9, "knobs": 2.8,
-                 "operators": 7.4}
+                 "ceiling": 2.0, "operators": 7.4}
 """Minutes each stage of the real campaign took on the lent H100 (docs/results/h100, 2026-11-25
-and 26: 896 goal trials in 17.5 minutes, 51 a minute with C1 the slowest); the comparison's steps
-are estimated from their trial counts at that rate (``stage_minutes``)."""
+and 26: 896 goal trials in 17.5 minutes, 51 a minute with C1 the slowest); the ceiling's
+(about 150 admitted tiles) and the comparison's steps are estimated from their trial counts, at
+the throughput stage's 77 a minute and that rate (``stage_minutes``)."""
 TRIALS_PER_MINUTE = 51.0
 
 
@@ -219,7 +227,8 @@ class Campaign:
         if stage in steps:
             return [step.name for step in steps[stage]]
         return {"anchors": list(scale.anchors), "correctness": [*scale.correctness, f"{scale.admitted}+{scale.probes}"],
-                "throughput": [str(scale.throughput)], "knobs": [*scale.knobs, str(scale.knob_tiles)]}[stage]
+                "throughput": [str(scale.throughput)], "knobs": [*scale.knobs, str(scale.knob_tiles)],
+                "ceiling": [*scale.ceiling, str(scale.ceiling_tiles)]}[stage]
 
     # -- anchors -----------------------------------------------------------------------------
     def anchors(self) -> bool:
@@ -305,16 +314,34 @@ class Campaign:
 
         def one(item: tuple[str, int, dict[str, Any], dict[str, int]]) -> dict[str, Any]:
             name, rank, tile, knobs = item
-            workload, params = lookup(name), {**tile, **knobs}
-            row = {"workload": name, "tile": rank, "knobs": knobs, "params": params}
-            try:
-                for_workload(workload).check(workload, params, self.target)
-            except Infeasible as exc:
-                return {**row, "status": "REFUSED", "rule": str(exc), "tflops": None, "device": self.gpu}
-            return {**row, **self._result_fields(evaluate(workload, params, self.target, LIMITS,
-                                                          build_only=self.dry_run))}
+            return {"workload": name, "tile": rank, "knobs": knobs, **self._checked(lookup(name), {**tile, **knobs})}
 
         return self._each(todo, one, path)
+
+    # -- ceiling -----------------------------------------------------------------------------
+    def ceiling(self) -> bool:
+        """Each plain MatMul goal workload under every classic tile (``classic_tiles``) in
+        ``ceiling.jsonl``; a tile the check refuses is recorded with its rule, not run."""
+        path = self.out / "ceiling.jsonl"
+        done = {(r["workload"], r["index"]) for r in read_jsonl(path)}
+        todo = [(name, index, params) for name in self.scale.ceiling
+                for index, params in enumerate(classic_tiles(name)[:self.scale.ceiling_tiles])
+                if (name, index) not in done]
+
+        def one(item: tuple[str, int, dict[str, Any]]) -> dict[str, Any]:
+            name, index, params = item
+            return {"workload": name, "index": index, **self._checked(lookup(name), params)}
+
+        return self._each(todo, one, path)
+
+    def _checked(self, workload: Any, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` and what measuring them gave, or REFUSED with the check's rule."""
+        try:
+            for_workload(workload).check(workload, params, self.target)
+        except Infeasible as exc:
+            return {"params": params, "status": "REFUSED", "rule": str(exc), "tflops": None, "device": self.gpu}
+        return {"params": params, **self._result_fields(evaluate(workload, params, self.target, LIMITS,
+                                                                  build_only=self.dry_run))}
 
     # -- throughput --------------------------------------------------------------------------
     def throughput(self) -> bool:
@@ -380,6 +407,28 @@ def knob_combinations(name: str, target_kind: str) -> list[dict[str, int]]:
     """Every combination of the knobs' values in the workload's space."""
     space = for_workload(lookup(name)).space(lookup(name), target_kind)
     return [dict(zip(KNOBS, values)) for values in itertools.product(*(space[knob]["_value"] for knob in KNOBS))]
+
+
+CLASSIC_BLOCKS = ((128, 128), (128, 64), (64, 128), (64, 64))
+CLASSIC_THREAD_TILES = ((8, 8), (8, 4))
+CLASSIC_SPLITS = (1, 2, 4)
+CLASSIC_STAGES = (2, 3)
+CLASSIC_CHUNK = 8
+"""The classic fp32 GEMM tiles (the CUTLASS SIMT and cuBLAS sgemm kernels' shapes): a block's
+outputs (n by m), a thread's, split-K, the pipeline's stages, and K's chunk per stage."""
+
+
+def classic_tiles(name: str) -> list[dict[str, Any]]:
+    """The classic tiles that divide a MatMul's shape, as its CUDA space's configurations: no
+    virtual threads, the thread's K loop outside its outputs, 128-bit loads, the block unrolled."""
+    shape = lookup(name).shape
+    n, k, m = shape["n"], shape["k"], shape["m"]
+    return [{"tile_n": [n // bn, 1, bn // tn, tn], "tile_m": [m // bm, 1, bm // tm, tm],
+             "tile_k": [split, k // (split * CLASSIC_CHUNK), CLASSIC_CHUNK, 1], "inner_order": ["k", "n", "m"],
+             "unroll": 512, "vector": 4, "stages": stages, "pad": 0, "raster": 0}
+            for (bn, bm), (tn, tm), split, stages in itertools.product(CLASSIC_BLOCKS, CLASSIC_THREAD_TILES,
+                                                                       CLASSIC_SPLITS, CLASSIC_STAGES)
+            if n % bn == 0 and m % bm == 0 and k % (split * CLASSIC_CHUNK) == 0]
 
 
 def draw(name: str, target: targets.Target, seed: int, admitted: bool) -> tuple[dict[str, Any] | None, str]:

@@ -19,7 +19,7 @@ from trial_code.status import Status
 
 from .table import read_rows
 
-STAGE_ORDER = ("anchors", "goals", "correctness", "throughput", "knobs", "operators", "comparison")
+STAGE_ORDER = ("anchors", "goals", "correctness", "throughput", "knobs", "ceiling", "operators", "comparison")
 GOALS = {"MM1": 1.0, "MM2": 1.0, "MM3": 1.0, "BMM1": 1.0, "BMM2": 1.0, "BMM3": 1.0, "C1": 0.9}
 """The project's goals: the best kernel's speed over the vendor library's at fp32, TF32 off
 (cuBLAS on MM1-3 and BMM1-3, cuDNN on C1; C2's cuDNN figure is a Winograd or FFT algorithm
@@ -62,6 +62,7 @@ def write_readme(out: Path) -> None:
     lines += _correctness_table(list(read_jsonl(out / "correctness.jsonl")))
     lines += _throughput_table(list(read_jsonl(out / "throughput.jsonl")))
     lines += _knobs_table(list(read_jsonl(out / "knobs.jsonl")), out / "goals.csv", anchors)
+    lines += _ceiling_table(list(read_jsonl(out / "ceiling.jsonl")), out / "goals.csv", anchors)
     lines += _tuner_table(out / "operators.csv", anchors, "## Users' operators (examples/operators.py), OpEvo")
     lines += _tuner_table(out / "trials.csv", anchors, "## Comparison")
     write_atomic(out / "README.md", "\n".join(lines) + "\n")
@@ -120,7 +121,7 @@ def _tuner_table(csv_path: Path, anchors: list[dict[str, Any]], heading: str) ->
     rows = read_rows(csv_path)
     if not rows:
         return []
-    vendor = {a["workload"]: a["tflops"] for a in anchors if not a["tf32"] and a.get("library")}
+    vendor = _vendor(anchors)
     lines = [heading, "", "Best TFLOPS per run as the trial measured it (median over seeds, with min-max), its "
              "fraction of the vendor library's at fp32 (TF32 off, timed apart), and the goal for that fraction.", "",
              "| workload | tuner | seeds | trials per seed | failed trials | best TFLOPS | / vendor | goal |",
@@ -165,10 +166,7 @@ def _throughput_table(rows: list[dict[str, Any]]) -> list[str]:
 def _knobs_table(rows: list[dict[str, Any]], goals_csv: Path, anchors: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
-    vendor = {a["workload"]: a["tflops"] for a in anchors if not a["tf32"] and a.get("library")}
-    goal_best: dict[str, float] = {}
-    for row in read_rows(goals_csv):
-        goal_best[row["workload"]] = max(goal_best.get(row["workload"], 0.0), float(row["tflops"]))
+    vendor, goal_best = _vendor(anchors), _goal_best(goals_csv)
     knobs = list(rows[0]["knobs"])
     values = {knob: sorted({r["knobs"][knob] for r in rows}) for knob in knobs}
     lines = ["## The GEMM space's knobs on tuned tiles", "",
@@ -202,3 +200,42 @@ def _knobs_table(rows: list[dict[str, Any]], goals_csv: Path, anchors: list[dict
 def _best_with(ran: list[dict[str, Any]], knob: str, value: Any) -> str:
     found = [r["tflops"] for r in ran if r["knobs"][knob] == value]
     return f"{max(found):.1f}" if found else "-"
+
+
+def _ceiling_table(rows: list[dict[str, Any]], goals_csv: Path, anchors: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    vendor, goal_best = _vendor(anchors), _goal_best(goals_csv)
+    lines = ["## The template's ceiling: classic tiles", "",
+             "The classic fp32 GEMM tiles (`nni_opevo_bench.campaign.classic_tiles`), each measured once, apart "
+             "from any search: what the template reaches where a search has not looked.", "",
+             "| workload | ran / refused / failed | goal run's best | best classic tile | block n x m, thread n x m, "
+             "split-K, stages | / vendor |", "|---|---|---|---|---|---|"]
+    for name in dict.fromkeys(r["workload"] for r in rows):
+        mine = [r for r in rows if r["workload"] == name]
+        ran = [r for r in mine if r["status"] == Status.NO_ERROR.name and r["tflops"]]
+        refused = sum(r["status"] == "REFUSED" for r in mine)
+        counts = f"{len(ran)} / {refused} / {len(mine) - len(ran) - refused}"
+        if not ran:
+            lines.append(f"| {name} | {counts} | {goal_best.get(name, math.nan):.2f} | - | - | - |")
+            continue
+        best = max(ran, key=lambda r: r["tflops"])
+        n, m, k = (best["params"][f"tile_{axis}"] for axis in "nmk")
+        shape = f"{n[2] * n[3]} x {m[2] * m[3]}, {n[3]} x {m[3]}, {k[0]}, {best['params']['stages']}"
+        fraction = f"{best['tflops'] / vendor[name]:.3f}" if vendor.get(name) else "-"
+        lines.append(f"| {name} | {counts} | {goal_best.get(name, math.nan):.2f} | {best['tflops']:.2f} | {shape} | "
+                     f"{fraction} |")
+    return lines + [""]
+
+
+def _vendor(anchors: list[dict[str, Any]]) -> dict[str, float]:
+    """Each workload's vendor library at fp32, TF32 off (the goals' measure)."""
+    return {a["workload"]: a["tflops"] for a in anchors if not a["tf32"] and a.get("library")}
+
+
+def _goal_best(goals_csv: Path) -> dict[str, float]:
+    """Each workload's best TFLOPS over its goal runs."""
+    best: dict[str, float] = {}
+    for row in read_rows(goals_csv):
+        best[row["workload"]] = max(best.get(row["workload"], 0.0), float(row["tflops"]))
+    return best

@@ -82,6 +82,9 @@ def test_a_call_killed_mid_trial_keeps_its_rows_and_the_next_resumes_without_rep
     assert {json.dumps(r["knobs"], sort_keys=True) for r in knobs} == {
         json.dumps(k, sort_keys=True) for k in campaign.knob_combinations("MM1", "cuda")[:2]}
     assert all({**r["params"], **r["knobs"]} == r["params"] and "double_buffer" not in r["params"] for r in knobs)
+    ceiling = _lines(out / "ceiling.jsonl")  # the first classic tile of MM1, built for the GPU
+    assert [(r["workload"], r["index"], r["status"], r["params"]) for r in ceiling] == [
+        ("MM1", 0, "NO_ERROR", campaign.classic_tiles("MM1")[0])]
     rows = _csv(out / "trials.csv")
     runs = Counter((r["workload"], r["tuner"], r["seed"]) for r in rows)
     assert len({(r["workload"], r["tuner"], r["seed"], r["index"]) for r in rows}) == len(rows)
@@ -93,13 +96,14 @@ def test_a_call_killed_mid_trial_keeps_its_rows_and_the_next_resumes_without_rep
     assert sorted(r["index"] for r in throughput if "index" in r) == [0, 1, 2, 3]
     readme = (out / "README.md").read_text()
     for heading in ("## Calls", "## Vendor libraries", "## OpEvo against the vendor libraries", "## Correctness",
-                    "## Comparison", "## Throughput", "## Users' operators", "## The GEMM space's knobs"):
+                    "## Comparison", "## Throughput", "## Users' operators", "## The GEMM space's knobs",
+                    "## The template's ceiling"):
         assert heading in readme
     assert "dry run" in readme and "sm_90a" in readme and "cut off" in readme  # the killed call
 
     # Once complete, the same command repeats nothing.
     before = {name: (out / name).read_text() for name in ("correctness.jsonl", "trials.csv", "goals.csv", "anchors.json",
-                                                          "knobs.jsonl")}
+                                                          "knobs.jsonl", "ceiling.jsonl")}
     campaign.main(["--dry-run", "--out", str(out), "--concurrency", "2"])
     assert {name: (out / name).read_text() for name in before} == before
     assert "all done" in capsys.readouterr().out
@@ -189,6 +193,19 @@ def test_the_knobs_stage_takes_the_fastest_distinct_tiles_of_the_goal_runs():
     assert not any(set(tile) & {"stages", "pad", "raster", "double_buffer"} for tile in tiles)
     combinations = campaign.knob_combinations("MM2", "cuda")
     assert len(combinations) == 4 * 2 * 4 and len({json.dumps(c, sort_keys=True) for c in combinations}) == 32
+
+
+def test_the_ceiling_stage_grids_the_classic_tiles_the_check_admits():
+    """Every classic tile of each plain MatMul goal workload divides its shape, is admitted on an H100
+    (so the stage measures each, none refused), and none repeats."""
+    h100 = targets.Target("cuda", device="cuda-none", has_device=False, **targets.H100)
+    for name in campaign.REAL.ceiling:
+        tiles = campaign.classic_tiles(name)
+        workload = campaign.lookup(name)
+        assert len(tiles) == 48 and len({json.dumps(t, sort_keys=True) for t in tiles}) == 48
+        for tile in tiles:
+            campaign.for_workload(workload).check(workload, tile, h100)  # raises if refused
+    assert campaign.REAL.ceiling == ("MM1", "MM2", "MM3")
 
 
 # -- the plan of device calls -----------------------------------------------------------------------
