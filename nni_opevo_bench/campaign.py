@@ -405,7 +405,8 @@ def tuned_tiles(goals_csv: Path, name: str, count: int) -> list[dict[str, Any]]:
 
 def knob_combinations(name: str, target_kind: str) -> list[dict[str, int]]:
     """Every combination of the knobs' values in the workload's space."""
-    space = for_workload(lookup(name)).space(lookup(name), target_kind)
+    workload = lookup(name)
+    space = for_workload(workload).space(workload, target_kind)
     return [dict(zip(KNOBS, values)) for values in itertools.product(*(space[knob]["_value"] for knob in KNOBS))]
 
 

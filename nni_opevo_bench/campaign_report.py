@@ -178,22 +178,16 @@ def _knobs_table(rows: list[dict[str, Any]], goals_csv: Path, anchors: list[dict
              "|---|---|---|---|---|---|" + "---|" * len(knobs)]
     for name in dict.fromkeys(r["workload"] for r in rows):
         mine = [r for r in rows if r["workload"] == name]
-        ran = [r for r in mine if r["status"] == Status.NO_ERROR.name and r["tflops"]]
+        ran, counts = _tally(mine)
         if not ran:
-            refused = sum(r["status"] == "REFUSED" for r in mine)
-            lines.append(f"| {name} | {len({r['tile'] for r in mine})} | 0 / {refused} / {len(mine) - refused} | "
-                         "- | - | - |"
-                         + " - |" * len(knobs))
+            lines.append(f"| {name} | {len({r['tile'] for r in mine})} | {counts} | - | - | - |" + " - |" * len(knobs))
             continue
         best = max(ran, key=lambda r: r["tflops"])
         cells = [" / ".join(_best_with(ran, knob, value) for value in values[knob]) for knob in knobs]
-        fraction = f"{best['tflops'] / vendor[name]:.3f}" if vendor.get(name) else "-"
         chosen = ", ".join(f"{knob} {best['knobs'][knob]}" for knob in knobs)
-        refused = sum(r["status"] == "REFUSED" for r in mine)
-        lines.append(f"| {name} | {len({r['tile'] for r in mine})} | {len(ran)} / {refused} / "
-                     f"{len(mine) - len(ran) - refused} | "
-                     f"{goal_best.get(name, math.nan):.2f} | {best['tflops']:.2f} ({chosen}) | {fraction} | "
-                     + " | ".join(cells) + " |")
+        lines.append(f"| {name} | {len({r['tile'] for r in mine})} | {counts} | "
+                     f"{goal_best.get(name, math.nan):.2f} | {best['tflops']:.2f} ({chosen}) | "
+                     f"{_fraction(best, vendor, name)} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
@@ -212,20 +206,27 @@ def _ceiling_table(rows: list[dict[str, Any]], goals_csv: Path, anchors: list[di
              "| workload | ran / refused / failed | goal run's best | best classic tile | block n x m, thread n x m, "
              "split-K, stages | / vendor |", "|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["workload"] for r in rows):
-        mine = [r for r in rows if r["workload"] == name]
-        ran = [r for r in mine if r["status"] == Status.NO_ERROR.name and r["tflops"]]
-        refused = sum(r["status"] == "REFUSED" for r in mine)
-        counts = f"{len(ran)} / {refused} / {len(mine) - len(ran) - refused}"
+        ran, counts = _tally([r for r in rows if r["workload"] == name])
         if not ran:
             lines.append(f"| {name} | {counts} | {goal_best.get(name, math.nan):.2f} | - | - | - |")
             continue
         best = max(ran, key=lambda r: r["tflops"])
         n, m, k = (best["params"][f"tile_{axis}"] for axis in "nmk")
         shape = f"{n[2] * n[3]} x {m[2] * m[3]}, {n[3]} x {m[3]}, {k[0]}, {best['params']['stages']}"
-        fraction = f"{best['tflops'] / vendor[name]:.3f}" if vendor.get(name) else "-"
         lines.append(f"| {name} | {counts} | {goal_best.get(name, math.nan):.2f} | {best['tflops']:.2f} | {shape} | "
-                     f"{fraction} |")
+                     f"{_fraction(best, vendor, name)} |")
     return lines + [""]
+
+
+def _tally(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """A fixed-configuration stage's rows that ran, and "ran / refused / failed" over all of them."""
+    ran = [r for r in rows if r["status"] == Status.NO_ERROR.name and r["tflops"]]
+    refused = sum(r["status"] == "REFUSED" for r in rows)
+    return ran, f"{len(ran)} / {refused} / {len(rows) - len(ran) - refused}"
+
+
+def _fraction(row: dict[str, Any], vendor: dict[str, float], name: str) -> str:
+    return f"{row['tflops'] / vendor[name]:.3f}" if vendor.get(name) else "-"
 
 
 def _vendor(anchors: list[dict[str, Any]]) -> dict[str, float]:
