@@ -21,7 +21,7 @@ from nni_experiment import free_port
 from nni_opevo_tools import best as best_json
 from nni_opevo_tools import launch
 from nni_opevo_tools.experiment_client import NNICTL, created_id
-from trial_code import constraint, kernel, targets, workloads
+from trial_code import constraint, kernel, operators, targets, workloads
 from trial_code.evaluate import Limits, evaluate
 from trial_code.templates import DerivedTemplate, for_workload
 
@@ -135,6 +135,16 @@ def test_each_examples_cuda_space_compiles_without_local_memory(name, tmp_path):
         assert spills and not any(spills) and not any(frames), (params, report)
         if params.get("shared"):
             assert "__shared__" in source, params
+
+
+def test_operators_built_from_many_threads_at_once_are_each_whole():
+    """TVM keeps the tag of the TOPI operator being built in a class attribute, not per thread:
+    the campaign draws configurations from threads, and two softmaxes built at once raised
+    "nested op_tag". ``operators.call`` builds one at a time."""
+    shapes = [{"rows": 32 + i, "cols": 64} for i in range(48)]
+    with ThreadPoolExecutor(8) as pool:
+        built = list(pool.map(lambda shape: operators.call("examples.operators:softmax", shape), shapes))
+    assert [tuple(op.output.shape) for op in built] == [(s["rows"], s["cols"]) for s in shapes]
 
 
 def test_a_power_by_a_whole_number_is_multiplied_out_in_cuda_kernels(tmp_path, monkeypatch):

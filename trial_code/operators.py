@@ -33,6 +33,7 @@ import math
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -103,8 +104,19 @@ def resolve(spec: str) -> Any:
         raise ValueError(f"operator {spec}: module {module_name} has no {attribute!r}") from None
 
 
+# TVM's ``tag_scope`` (behind every TOPI operator) keeps its current tag in a class attribute,
+# not per thread: two threads building TOPI computations at once raise "nested op_tag".
+_BUILDING = threading.Lock()
+
+
 def call(spec: str, arguments: dict[str, Any]) -> Operator:
-    """The ``Operator`` the function ``spec`` names returns for ``arguments``, checked."""
+    """The ``Operator`` the function ``spec`` names returns for ``arguments``, checked; one
+    call at a time (``_BUILDING``)."""
+    with _BUILDING:
+        return _call(spec, arguments)
+
+
+def _call(spec: str, arguments: dict[str, Any]) -> Operator:
     function = resolve(spec)
     if not callable(function) or inspect.isclass(function):
         raise ValueError(f"operator {spec}: {spec.partition(':')[2]} is not a function returning an Operator")
