@@ -110,18 +110,14 @@ _BUILDING = threading.Lock()
 
 
 def call(spec: str, arguments: dict[str, Any]) -> Operator:
-    """The ``Operator`` the function ``spec`` names returns for ``arguments``, checked; one
+    """The ``Operator`` the function ``spec`` names returns for ``arguments``, checked; built one
     call at a time (``_BUILDING``)."""
-    with _BUILDING:
-        return _call(spec, arguments)
-
-
-def _call(spec: str, arguments: dict[str, Any]) -> Operator:
     function = resolve(spec)
     if not callable(function) or inspect.isclass(function):
         raise ValueError(f"operator {spec}: {spec.partition(':')[2]} is not a function returning an Operator")
     try:
-        found = function(**arguments)
+        with _BUILDING:
+            found = function(**arguments)
     except TypeError as e:
         if "argument" in str(e):
             raise ValueError(f"operator {spec}: the shape arguments {sorted(arguments)} do not fit its "
