@@ -37,10 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from ..targets import MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK, Target, import_tvm
+from ..targets import Target, import_tvm, registers_per_thread
 from ..workloads import Workload
 from .base import (
-    Infeasible,
     Template,
     check_cpu_unroll,
     check_cpu_vector,
@@ -188,9 +187,7 @@ class DerivedTemplate(Template):
         check_gpu_launch(target, [threads], vthreads, shared_bytes, [])
         accumulators = math.prod(tiles[name][1] * tiles[name][3] for name in spatial) if found.reductions else 0
         if accumulators:
-            if accumulators + REGISTER_OVERHEAD > min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK // threads):
-                raise Infeasible(f"estimated registers per thread {accumulators + REGISTER_OVERHEAD} exceeds the "
-                                 f"limit {min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK // threads)}")
+            limit("estimated registers per thread", accumulators + REGISTER_OVERHEAD, registers_per_thread(threads))
 
     # -- the schedule ------------------------------------------------------------------------------
     def schedule(self, sch: Any, workload: Workload, params: dict[str, Any], target: Target) -> None:

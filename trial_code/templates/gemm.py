@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..targets import MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK, Target
+from ..targets import Target, registers_per_thread
 from ..workloads import Workload
 from .base import (
     Infeasible,
@@ -144,8 +144,7 @@ class GemmTemplate(Template):
         # double-buffered (the pipeline keeps a second set of fragments for its last stage).
         fragments = k[3] * (n[1] * n[3] + m[1] * m[3]) * (2 if double else 1)
         registers = n[1] * n[3] * m[1] * m[3] + fragments + REGISTER_OVERHEAD
-        limit("estimated registers per thread", registers,
-              min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK // threads))
+        limit("estimated registers per thread", registers, registers_per_thread(threads))
 
     def split(self, workload: Workload, params: dict[str, Any] | None, target: Target) -> int:
         """Split-K: the first factor of ``tile_k`` on CUDA."""
