@@ -51,7 +51,7 @@ def test_cuda_kernel_generates_and_compiles_to_cubin(workload):
 @needs_nvcc
 def test_cuda_shared_memory_matches_the_static_estimate():
     """The static check's shared-memory figure is what the lowered kernel allocates (the GEMM's
-    dynamic shared memory, once per pipeline stage, its rows padded or not, included), so
+    and the convolution's, once per pipeline stage, the GEMM's rows padded or not), so
     feasibility is decided right without building. The padded figure is the schedule's own
     rule (``gemm._shared_bytes``); the others are counted here from the tiles."""
     import re
@@ -60,12 +60,13 @@ def test_cuda_shared_memory_matches_the_static_estimate():
 
     from trial_code.templates import gemm
 
-    for workload, stages, pad in ((workloads.lookup("C2"), 0, 0), (workloads.lookup("MM1"), 1, 0),
+    for workload, stages, pad in ((workloads.lookup("C2"), 1, 0), (workloads.lookup("C2"), 3, 0),
+                                  (workloads.lookup("MM1"), 1, 0),
                                   (workloads.lookup("MM1"), 2, 0), (workloads.lookup("BMM3"), 2, 0),
                                   (workloads.lookup("MM1"), 3, 1), (workloads.lookup("BMM2"), 1, 1)):
-        params = feasible(workload, CUDA, seed=5)
+        params = {**feasible(workload, CUDA, seed=5), "stages": stages}
         if workload.family != "conv2d":
-            params.update(stages=stages, pad=pad)
+            params.update(pad=pad)
         tvm_target = tvm.target.Target(CUDA.tvm_target())
         lower, _, _ = tvm.tirx.get_default_tir_pipeline(tvm_target)
         with tvm_target, tvm.transform.PassContext(config={"tirx.use_async_copy": True}):
@@ -78,7 +79,7 @@ def test_cuda_shared_memory_matches_the_static_estimate():
             f, y, x, rc, ry, rx = (params[k] for k in ("tile_f", "tile_y", "tile_x", "tile_rc", "tile_ry", "tile_rx"))
             in_h = (y[1] * y[2] * y[3] - 1) * s["stride"] + ry[1]
             in_w = (x[1] * x[2] * x[3] - 1) * s["stride"] + rx[1]
-            expected = 4 * rc[1] * (in_h * in_w + f[1] * f[2] * f[3] * ry[1] * rx[1])
+            expected = 4 * rc[1] * (in_h * in_w + f[1] * f[2] * f[3] * ry[1] * rx[1]) * stages
         elif pad:
             expected = gemm._shared_bytes(params, s["layout"])
         else:

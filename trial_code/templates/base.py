@@ -18,6 +18,12 @@ import numpy as np
 from ..targets import MAX_BLOCK_DIM_Z, MAX_CPU_UNROLL, MAX_CPU_VECTOR, MAX_GRID_DIM_YZ, MAX_VTHREADS, Target
 from ..workloads import Workload
 
+STAGES = (1, 2, 3, 4)
+"""Shared-memory buffers a staged loop cycles through: 1 fills and computes in turn; more fill
+``stages - 1`` stages ahead with ``cp.async`` while the registers compute (``pipeline``)."""
+ASYNC_COPY_CC = 80
+"""``cp.async`` (the pipeline's copies) exists from compute capability 8.0 (Ampere)."""
+
 
 class Infeasible(ValueError):
     """The configuration cannot instantiate the template (status INSTANTIATION_ERROR)."""
@@ -133,17 +139,44 @@ def loops_below(sch: Any, block: Any, anchor: Any) -> list[Any]:
     return list(loops[position + 1:])
 
 
-def cooperative_fetch(sch: Any, block: Any, anchor: Any, threads: list[tuple[int, str]]) -> None:
-    """Spread a shared-memory copy over the block's threads: fuse the copy loops that
-    ``compute_at(block, anchor)`` created and split them over the given (extent, thread tag)s,
-    as TVM's classic CUDA templates do."""
+def cooperative_fetch(sch: Any, block: Any, anchor: Any, threads: list[tuple[int, str]], lanes: int = 1) -> None:
+    """Fill a shared-memory tile with all the block's threads, each loading ``lanes`` neighbours
+    at a time (one 128-bit load for 4): the copy loops that ``compute_at(block, anchor)`` created,
+    fused, then split into (rounds, the thread axes, lanes), so consecutive threads read
+    consecutive addresses (coalesced global loads, conflict-free shared stores)."""
     copy_loops = loops_below(sch, block, anchor)
     if not copy_loops:  # a single element: every thread loads it
         return
     fused = sch.fuse(*copy_loops) if len(copy_loops) > 1 else copy_loops[0]
-    parts = sch.split(fused, [extent for extent, _ in threads] + [None])
-    for loop, (_, tag) in zip(parts, threads):
+    _, *bound, vector = sch.split(fused, [None, *(extent for extent, _ in threads), lanes])
+    for loop, (_, tag) in zip(bound, threads):
         sch.bind(loop, tag)
+    if lanes > 1:
+        sch.vectorize(vector)
+
+
+def check_stages(params: dict[str, Any], target: Target) -> int:
+    """``params['stages']``, refused below compute capability 8.0 when above 1 (``pipeline``)."""
+    stages = one_of(params, "stages", STAGES)
+    if stages > 1 and target.compute_capability < ASYNC_COPY_CC:
+        raise Infeasible(f"stages {stages} needs cp.async (sm_80 or newer), not {target.arch or 'this target'}")
+    return stages
+
+
+def pipeline(sch: Any, loop: Any, stages: int) -> None:
+    """Software-pipeline a staged loop whose body is the two shared-memory fills, then the
+    computation: with ``stages`` > 1 the fills run ``stages - 1`` iterations ahead,
+    asynchronously (``cp.async``), into as many more buffers."""
+    if stages > 1:
+        sch.annotate(loop, "software_pipeline_stage", [0, 0, stages - 1])
+        sch.annotate(loop, "software_pipeline_order", [0, 1, 2])
+        sch.annotate(loop, "software_pipeline_async_stages", [0])
+
+
+def shared_scope(shared_bytes: int, target: Target) -> str:
+    """Dynamic shared memory only where static cannot hold the tiles (TVM's merging of dynamic
+    allocations fails on one-element tiles, which static memory always holds)."""
+    return "shared.dyn" if shared_bytes > target.max_shared_memory_per_block else "shared"
 
 
 def sample_indices(shape: tuple[int, ...], count: int, rng: np.random.Generator) -> np.ndarray:

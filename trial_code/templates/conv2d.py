@@ -2,8 +2,13 @@
 
 CUDA: C_out, H_out and W_out split in 4 (blocks, virtual threads, threads, per-thread tile),
 C_in, H_k and W_k in 2 (shared-memory stage, inner); ``unroll_explicit`` {0, 1} and
-``auto_unroll_max_step`` {0, 125, 256} as in the paper; ``reduce_order`` permutes the outer
-reduction loops, which moves where the shared-memory stages are refilled.
+``auto_unroll_max_step`` {0, 125, 256} as in the paper; ``reduce_order`` orders the outer
+reduction loops, which moves where the shared-memory stages are refilled. Those loops are one
+loop over the stages, which ``stages`` pipelines as the GEMM's K loop: up to three stages' input
+windows and kernel tiles fetched ahead with ``cp.async`` (a padding element written as zero),
+into as many more buffers, dynamic shared memory past 48 KB. The threads fill a stage in
+coalesced rounds (consecutive threads, consecutive addresses), and the per-thread tile stays in
+registers, within a register estimate that keeps every admitted tile from spilling.
 CPU: C_out, H_out in 2 (parallel, register tile), W_out in 2 (its inner part vectorized),
 C_in in 2, the same ``reduce_order`` and ``auto_unroll_max_step``; the output tile accumulates
 in a buffer of its own below the reduction loops, and the padded input is materialized first.
@@ -14,12 +19,35 @@ from typing import Any
 
 import numpy as np
 
-from ..targets import Target
+from ..targets import Target, registers_per_thread
 from ..workloads import Workload, conv2d_output_hw
-from .base import Template, check_cpu_vector, check_gpu_launch, cooperative_fetch, factors, loops_below, one_of, order
+from .base import (
+    STAGES,
+    Infeasible,
+    Template,
+    check_cpu_vector,
+    check_gpu_launch,
+    check_stages,
+    cooperative_fetch,
+    factors,
+    limit,
+    loops_below,
+    one_of,
+    order,
+    pipeline,
+    shared_scope,
+)
 
 REDUCE = ["rc", "ry", "rx"]
 UNROLL_STEPS = (0, 125, 256)
+SHARED_ALIGN = 64
+"""Bytes each shared-memory buffer is aligned to (``alignas(64)`` in TVM's CUDA)."""
+REGISTER_OVERHEAD = 40
+"""Registers a thread needs besides its accumulators and fill rounds (operands, addresses, loop
+counters): calibrated so that no configuration the check admits spills (``tests``, ptxas -v)."""
+REGISTERS_PER_STAGE = 8
+"""Registers each pipeline stage past the first adds (the offsets of the copies in flight):
+without them, 2 of 28 admitted 4-stage draws spilled 8-40 bytes (ResNet-18's R7)."""
 
 
 class Conv2dTemplate(Template):
@@ -39,6 +67,7 @@ class Conv2dTemplate(Template):
                 "reduce_order": {"_type": "perm", "_value": REDUCE},
                 "unroll_explicit": {"_type": "choice", "_value": [0, 1]},
                 "auto_unroll_max_step": {"_type": "discrete", "_value": list(UNROLL_STEPS)},
+                "stages": {"_type": "choice", "_value": list(STAGES)},
             }
         return {
             "tile_f": {"_type": "factor", "_value": [s["out_channels"], 2]},
@@ -58,15 +87,18 @@ class Conv2dTemplate(Template):
             f = factors(params, "tile_f", s["out_channels"], 4)
             y = factors(params, "tile_y", out_h, 4)
             x = factors(params, "tile_x", out_w, 4)
-            rc = factors(params, "tile_rc", s["in_channels"], 2)
-            ry = factors(params, "tile_ry", s["kernel_h"], 2)
-            rx = factors(params, "tile_rx", s["kernel_w"], 2)
-            one_of(params, "unroll_explicit", (0, 1))
-            stride = s["stride"]
-            in_h = (y[1] * y[2] * y[3] - 1) * stride + ry[1]
-            in_w = (x[1] * x[2] * x[3] - 1) * stride + rx[1]
-            shared = 4 * rc[1] * (in_h * in_w + f[1] * f[2] * f[3] * ry[1] * rx[1])
-            check_gpu_launch(target, [f[2], y[2], x[2]], f[1] * y[1] * x[1], shared, [s["batch"] * f[0], y[0]])
+            factors(params, "tile_rc", s["in_channels"], 2)
+            factors(params, "tile_ry", s["kernel_h"], 2)
+            factors(params, "tile_rx", s["kernel_w"], 2)
+            explicit = one_of(params, "unroll_explicit", (0, 1))
+            stages = check_stages(params, target)
+            if stages > 2 and not explicit:
+                raise Infeasible(f"stages {stages} needs unroll_explicit 1: the pipeline's last stages wait for "
+                                 "counts of copies that only a written-out loop makes constants")
+            threads = f[2] * y[2] * x[2]
+            check_gpu_launch(target, [f[2], y[2], x[2]], f[1] * y[1] * x[1], _shared_bytes(s, params, stages),
+                             [s["batch"] * f[0], y[0]], dynamic_shared=True)
+            limit("estimated registers per thread", _registers(s, params), registers_per_thread(threads))
         else:
             factors(params, "tile_f", s["out_channels"], 2)
             factors(params, "tile_y", out_h, 2)
@@ -108,12 +140,13 @@ class Conv2dTemplate(Template):
         block = sch.get_sblock("conv")
         loops = tuple(sch.get_loops(block))
         if target.kind == "cuda":
-            self._schedule_cuda(sch, block, loops, params)
+            self._schedule_cuda(sch, block, loops, params, workload, target)
         else:
             self._schedule_cpu(sch, block, loops, params, workload)
 
     @staticmethod
-    def _schedule_cuda(sch: Any, block: Any, loops: tuple[Any, ...], params: dict[str, Any]) -> None:
+    def _schedule_cuda(sch: Any, block: Any, loops: tuple[Any, ...], params: dict[str, Any], workload: Workload,
+                       target: Target) -> None:
         n, f, y, x, rc, ry, rx = loops
         bf, vf, tf, fi = sch.split(f, params["tile_f"])
         by, vy, ty, yi = sch.split(y, params["tile_y"])
@@ -123,6 +156,8 @@ class Conv2dTemplate(Template):
         rxo, rxi = sch.split(rx, params["tile_rx"])
         outer = [{"rc": rco, "ry": ryo, "rx": rxo}[name] for name in params["reduce_order"]]
         sch.reorder(n, bf, by, bx, vf, vy, vx, tf, ty, tx, *outer, rci, ryi, rxi, fi, yi, xi)
+        # One loop over the shared-memory stages, in ``reduce_order``: what the pipeline runs ahead in.
+        step = sch.fuse(*outer)
         bz = sch.fuse(n, bf)
         for loop, tag in ((bz, "blockIdx.z"), (by, "blockIdx.y"), (bx, "blockIdx.x"), (vf, "vthread.z"),
                           (vy, "vthread.y"), (vx, "vthread.x"), (tf, "threadIdx.z"), (ty, "threadIdx.y"),
@@ -130,17 +165,30 @@ class Conv2dTemplate(Template):
             sch.bind(loop, tag)
         accumulate = sch.cache_write(block, 0, "local")
         sch.reverse_compute_at(accumulate, tx)
+        # The per-thread tile's loops and the write-back's are written out: an accumulator array
+        # indexed by a loop variable lives in local memory instead of registers.
+        _write_out(sch, [fi, yi, xi])
+        _write_out(sch, loops_below(sch, accumulate, tx))
         threads = [(params["tile_f"][2], "threadIdx.z"), (params["tile_y"][2], "threadIdx.y"),
                    (params["tile_x"][2], "threadIdx.x")]
+        scope = shared_scope(_shared_bytes(workload.shape, params, params["stages"]), target)
         for operand in (0, 1):
-            shared = sch.cache_read(block, operand, "shared")
-            sch.compute_at(shared, outer[-1])
-            cooperative_fetch(sch, shared, outer[-1], threads)
+            shared = sch.cache_read(block, operand, scope)
+            sch.compute_at(shared, step)
+            cooperative_fetch(sch, shared, step, threads)
+            # A fill the auto-unroll step covers is written out by TVM in either unroll mode:
+            # left to nvcc's ``#pragma unroll``, its rounds' addresses spill (C1, 440 threads).
+            rounds = loops_below(sch, shared, step)[:1]
+            for loop in rounds:
+                sch.annotate(loop, "pragma_unroll_explicit", 1)
         sch.annotate(bz, "pragma_auto_unroll_max_step", params["auto_unroll_max_step"])
         sch.annotate(bz, "pragma_unroll_explicit", params["unroll_explicit"])
-        sch.decompose_reduction(block, outer[0])
+        pipeline(sch, step, params["stages"])
+        initial = sch.decompose_reduction(block, step)
+        _write_out(sch, loops_below(sch, initial, tx))  # the accumulators' zeroing, in registers too
         # Padding is computed where the padded data is read: into the shared-memory tile (so the
-        # tile is exactly the halo'd window and the inner loop has no bounds test).
+        # tile is exactly the halo'd window and the inner loop has no bounds test); a pipelined
+        # fill of a padding element writes zero instead of copying.
         sch.compute_inline(sch.get_sblock("pad"))
 
     @staticmethod
@@ -186,3 +234,42 @@ class Conv2dTemplate(Template):
         products = np.where(inside, window, 0.0) * kernel[f[:, 0, 0, 0]].astype(np.float64)
         axes = (1, 2, 3)
         return products.sum(axis=axes), np.abs(products).sum(axis=axes)
+
+
+def _write_out(sch: Any, loops: list[Any]) -> None:
+    """Unroll ``loops`` in the generated code itself, whatever ``unroll_explicit`` says for the
+    loops around them (with 0, TVM leaves unrolling to nvcc's ``#pragma unroll``, which does not
+    always unroll a 27-long loop, and an accumulator it indexes then lives in local memory)."""
+    for loop in loops:
+        sch.unroll(loop)
+    if loops:
+        sch.annotate(loops[0], "pragma_unroll_explicit", 1)
+
+
+def _stage_elements(shape: dict[str, Any], params: dict[str, Any]) -> tuple[int, int]:
+    """The elements one shared-memory stage holds: the input window (the output tile's rows and
+    columns with their halo, over the stage's input channels) and the kernel tile."""
+    f, y, x = params["tile_f"], params["tile_y"], params["tile_x"]
+    rc, ry, rx = params["tile_rc"][1], params["tile_ry"][1], params["tile_rx"][1]
+    in_h = (y[1] * y[2] * y[3] - 1) * shape["stride"] + ry
+    in_w = (x[1] * x[2] * x[3] - 1) * shape["stride"] + rx
+    return rc * in_h * in_w, f[1] * f[2] * f[3] * rc * ry * rx
+
+
+def _shared_bytes(shape: dict[str, Any], params: dict[str, Any], stages: int) -> int:
+    """A CUDA block's shared memory: one stage's input window and kernel tile, once per pipeline
+    stage, each buffer starting on a ``SHARED_ALIGN`` boundary as TVM declares them."""
+    return sum(-(-4 * stages * elements // SHARED_ALIGN) * SHARED_ALIGN for elements in _stage_elements(shape, params))
+
+
+def _registers(shape: dict[str, Any], params: dict[str, Any]) -> int:
+    """A thread's estimated registers: its accumulators, one for each round of a stage's fill
+    that is written out (the auto-unroll step covers it: nvcc keeps each round's address, or its
+    loaded value, live), ``REGISTERS_PER_STAGE`` for each pipeline stage past the first, and
+    ``REGISTER_OVERHEAD``."""
+    f, y, x = params["tile_f"], params["tile_y"], params["tile_x"]
+    threads = f[2] * y[2] * x[2]
+    rounds = [-(-elements // threads) for elements in _stage_elements(shape, params)]
+    written = sum(r for r in rounds if r <= params["auto_unroll_max_step"])
+    pipelined = REGISTERS_PER_STAGE * (params["stages"] - 1)
+    return f[1] * f[3] * y[1] * y[3] * x[1] * x[3] + written + pipelined + REGISTER_OVERHEAD

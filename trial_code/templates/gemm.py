@@ -30,16 +30,21 @@ import numpy as np
 from ..targets import Target, registers_per_thread
 from ..workloads import Workload
 from .base import (
+    STAGES,
     Infeasible,
     Template,
     check_cpu_unroll,
     check_cpu_vector,
     check_gpu_launch,
+    check_stages,
+    cooperative_fetch,
     factors,
     limit,
     loops_below,
     one_of,
     order,
+    pipeline,
+    shared_scope,
 )
 
 GPU_INNER = ["k", "n", "m"]
@@ -51,9 +56,6 @@ MAX_SPLIT_K = 16
 REGISTER_OVERHEAD = 40
 """Registers a thread needs besides its accumulators and operand tiles (addresses, loop
 counters): calibrated so that no configuration the check admits spills (``tests``, ptxas -v)."""
-STAGES = (1, 2, 3, 4)
-"""Shared-memory buffers the K loop cycles through: 1 fills and computes in turn; more fill
-``stages - 1`` stages ahead with ``cp.async`` while the register stages compute."""
 RASTER_GROUPS = (0, 2, 4, 8)
 """Column blocks per group of the block order (0: the plain 2-D grid)."""
 BANKS = 32
@@ -63,8 +65,6 @@ PAD = 4
 KNOBS = ("stages", "pad", "raster")
 """The knobs of the shared-memory pipeline and the block order, which a tuned tile keeps its
 meaning under (the GPU campaign's ``knobs`` stage measures each tile under all of them)."""
-ASYNC_COPY_CC = 80
-"""``cp.async`` (the double buffer's copies) exists from compute capability 8.0 (Ampere)."""
 
 
 class GemmTemplate(Template):
@@ -116,13 +116,11 @@ class GemmTemplate(Template):
         order(params, "inner_order", GPU_INNER)
         one_of(params, "unroll", UNROLL_STEPS)
         lanes = one_of(params, "vector", VECTOR_LANES)
-        stages = one_of(params, "stages", STAGES)
+        stages = check_stages(params, target)
         one_of(params, "pad", (0, 1))
         group = one_of(params, "raster", RASTER_GROUPS)
         double = stages > 1
         limit("split-K blocks (first of 'tile_k')", k[0], MAX_SPLIT_K)
-        if double and target.compute_capability < ASYNC_COPY_CC:
-            raise Infeasible(f"stages {stages} needs cp.async (sm_80 or newer), not {target.arch or 'this target'}")
         if group and (m[0] % group or m[0] == group):
             raise Infeasible(f"raster {group} must divide the column blocks ({m[0]}, first of 'tile_m') and leave "
                              "more than one group")
@@ -226,10 +224,7 @@ class GemmTemplate(Template):
         accumulate = sch.cache_write(block, 0, "local")
         sch.reverse_compute_at(accumulate, inner_b if inner_b is not None else m2)
         threads = [(params["tile_n"][2], "threadIdx.y"), (params["tile_m"][2], "threadIdx.x")]
-        # Dynamic shared memory only where static cannot hold the tiles (TVM's merging of
-        # dynamic allocations fails on one-element tiles, which static memory always holds).
-        scope = "shared.dyn" if _shared_bytes(params, workload.shape["layout"]) > target.max_shared_memory_per_block \
-            else "shared"
+        scope = shared_scope(_shared_bytes(params, workload.shape["layout"]), target)
         # Every loop that indexes a thread's registers (the operand fragments, the accumulators
         # and their write-back, the per-thread tile itself) is written out: a register array
         # indexed by a loop variable lives in local memory instead.
@@ -240,7 +235,7 @@ class GemmTemplate(Template):
             if params["pad"]:  # rows padded so that a column's elements fall in different banks
                 _, length = _tiles(params, workload.shape["layout"])[operand]
                 sch.storage_align(shared, 0, axis=-2, factor=_bank_period(length), offset=PAD)
-            _vector_fetch(sch, shared, k0, threads, params["vector"])
+            cooperative_fetch(sch, shared, k0, threads, params["vector"])
             local = sch.cache_read(block, operand, "local")
             sch.compute_at(local, k1)
             in_registers += loops_below(sch, local, k1)
@@ -256,12 +251,7 @@ class GemmTemplate(Template):
             n, m, k = params["tile_n"], params["tile_m"], params["tile_k"]
             if k[2] * k[3] * n[1] * n[3] * m[1] * m[3] <= params["unroll"]:
                 sch.unroll(k1)
-        if params["stages"] > 1:
-            # k0's body: the two shared-memory fills, then the register stages. The fills run
-            # ``stages - 1`` stages ahead, asynchronously (cp.async), into as many more buffers.
-            sch.annotate(k0, "software_pipeline_stage", [0, 0, params["stages"] - 1])
-            sch.annotate(k0, "software_pipeline_order", [0, 1, 2])
-            sch.annotate(k0, "software_pipeline_async_stages", [0])
+        pipeline(sch, k0, params["stages"])  # k0's body: the two shared-memory fills, then the register stages
         above = [sch.get(loop) for loop in sch.get_loops(block)]
         shared_prefix = next(i for i, loop in enumerate(above) if loop.same_as(sch.get(k0)))
         initial = sch.decompose_reduction(block, k0)
@@ -353,18 +343,3 @@ def _add_partial_sums(sch: Any, block: Any) -> None:
     blocks, threads = sch.split(fused, [None, SUM_THREADS])
     sch.bind(blocks, "blockIdx.x")
     sch.bind(threads, "threadIdx.x")
-
-
-def _vector_fetch(sch: Any, block: Any, anchor: Any, threads: list[tuple[int, str]], lanes: int) -> None:
-    """Fill a shared-memory tile with all the block's threads, each loading ``lanes`` neighbours
-    at a time (one 128-bit load for 4): the copy loops below ``anchor`` fused, then split into
-    (rounds, the thread axes, lanes), so consecutive threads read consecutive vectors."""
-    copy_loops = loops_below(sch, block, anchor)
-    if not copy_loops:  # a single element: every thread loads it
-        return
-    fused = sch.fuse(*copy_loops) if len(copy_loops) > 1 else copy_loops[0]
-    _, *bound, vector = sch.split(fused, [None, *(extent for extent, _ in threads), lanes])
-    for loop, (_, tag) in zip(bound, threads):
-        sch.bind(loop, tag)
-    if lanes > 1:
-        sch.vectorize(vector)
