@@ -4,8 +4,9 @@ Optuna is what a hyperparameter-optimization user reaches for first, so the comp
 samplers under the same driver and rules as every NNI tuner (``nni_opevo.testing.drive``), through
 Optuna's ask-and-tell interface:
 
-* ``tpe``: ``TPESampler(multivariate=True, group=True)``, with Optuna's constant liar for the
-  trials in flight; ``gp``: ``GPSampler``; ``cmaes``: ``CmaEsSampler(with_margin=True)``, the
+* ``tpe``: ``TPESampler(multivariate=True, group=True, constant_liar=True)``: the trials in
+  flight count as the worst results so far, so eight proposals out at once spread (what Optuna
+  advises for parallel studies); ``gp``: ``GPSampler``; ``cmaes``: ``CmaEsSampler(with_margin=True)``, the
   CMA-ES variant for discrete parameters. Each takes the run's seed; ``optuna:tpe:n_startup_trials=20``
   overrides a sampler's keyword.
 * The space: a ``discrete`` parameter (numbers in order) becomes an integer index over its values,
@@ -91,7 +92,8 @@ def _sampler(name: str, seed: int | None, overrides: dict[str, Any]) -> Any:
     optuna = import_optuna()
 
     if name == "tpe":
-        return optuna.samplers.TPESampler(**{"multivariate": True, "group": True, "seed": seed, **overrides})
+        return optuna.samplers.TPESampler(**{"multivariate": True, "group": True, "constant_liar": True, "seed": seed,
+                                             **overrides})
     if name == "gp":
         return optuna.samplers.GPSampler(**{"seed": seed, **overrides})
     return optuna.samplers.CmaEsSampler(**{"seed": seed, "with_margin": True, **overrides})

@@ -60,6 +60,24 @@ def test_optuna_samplers_run_under_the_driver_once_per_configuration(tiny, sampl
     assert max(t.result["default"] for t in run.trials) == pytest.approx(0.4)
 
 
+def test_optuna_tpe_lies_about_the_trials_in_flight_only():
+    """TPE's constant liar: with trials in flight they count as the worst results, which changes
+    the proposals; one at a time nothing is in flight, and the proposals are those without it."""
+    space = {"x": {"_type": "discrete", "_value": list(range(16))}, "y": {"_type": "discrete", "_value": list(range(16))},
+             "c": {"_type": "choice", "_value": ["a", "b", "c"]}}
+
+    def objective(params):
+        return {"default": 100.0 - (params["x"] - 11) ** 2 - (params["y"] - 4) ** 2 - 5 * (params["c"] != "b")}
+
+    def proposals(spec, concurrency):
+        run = drive(optuna_peers.build(spec, 0), space, objective, 40, concurrency, seed=0,
+                    duration=lambda params, report: 1.0, charge_tuner_time=False)
+        return [json.dumps(t.parameters, sort_keys=True) for t in run.trials]
+
+    assert proposals("optuna:tpe", 1) == proposals("optuna:tpe:constant_liar=false", 1)
+    assert proposals("optuna:tpe", 8) != proposals("optuna:tpe:constant_liar=false", 8)
+
+
 def test_a_kernel_tuner_run_that_stopped_early_is_not_run_again(tiny, tmp_path, monkeypatch):
     """A strategy that stops before the budget left a shorter run; the same command again keeps
     it as it is (some strategies do not repeat a run with the same seed, so a second call would
