@@ -143,20 +143,27 @@ DRY = Scale(anchors=("MM1", "C1"), goals=(Step(("MM1",), 1, 2, ("opevo",)), Step
             operators=tuple(Step((spec,), 1, 1, ("opevo",)) for spec in EXAMPLES
                                                 if spec.endswith((":matmul_bias_gelu", ":layer_norm"))),
             steps=(Step(("MM1",), 1, 2), Step(("BMM1",), 1, 1), Step(("MM1",), 2, 2)))
-STAGE_MINUTES = {"anchors": 0.2, "goals": 17.5, "correctness": 4.2, "throughput": 0.9, "knobs": 2.8,
-                 "ceiling": 1.9, "operators": 7.4}
+STAGE_MINUTES = {"anchors": 0.2, "correctness": 4.2, "throughput": 0.9, "knobs": 2.8, "ceiling": 1.9,
+                 "operators": 7.4}
 """Minutes each stage of the real campaign took on the lent H100 (docs/results/h100, 2026-11-25
-and 26: 896 goal trials in 17.5 minutes, 51 a minute with C1 the slowest); the comparison's
-steps are estimated from their trial counts at that rate (``stage_minutes``)."""
+and 26); the goals are counted per run (``GOAL_MINUTES``), the comparison's steps from their trial
+counts at the goal runs' rate (``stage_minutes``)."""
+GOAL_MINUTES = {"MM1": 1.4, "MM2": 1.5, "MM3": 1.7, "BMM1": 1.7, "BMM2": 1.7, "BMM3": 1.6, "C1": 7.7}
+"""Minutes each goal run of 128 trials took on the lent H100 (docs/results/h100/goals.csv): C1's,
+whose kernels build slowest, as long as the six GEMMs' together, so a resumed campaign's plan
+counts the runs it still has to do."""
 TRIALS_PER_MINUTE = 51.0
+"""The goal runs' rate on the H100: 896 trials in 17.5 minutes."""
 
 
 def stage_minutes(state: dict[str, Any] | None = None) -> dict[str, float]:
     """The real campaign's stages and comparison steps with their estimated minutes on an H100;
-    with a folder's ``state``, only those it has still to do."""
+    with a folder's ``state``, only those it has still to do (of the goals, the runs not done)."""
     state = state or {}
     complete = {stage for stage, record in state.get("stages", {}).items() if record.get("complete")}
-    stages = {stage: minutes for stage, minutes in STAGE_MINUTES.items() if stage not in complete}
+    goals = sum(GOAL_MINUTES[step.workloads[0]] for step in REAL.goals if step.name not in state.get("goals_steps", []))
+    minutes = {**STAGE_MINUTES, "goals": goals}
+    stages = {stage: minutes[stage] for stage in STAGES if stage in minutes and stage not in complete}
     steps = {f"comparison {step.name}": step.trials / TRIALS_PER_MINUTE for step in REAL.steps
              if step.name not in state.get("comparison_steps", [])}
     return {**stages, **steps}

@@ -239,6 +239,14 @@ def test_the_plan_of_a_resumed_campaign_skips_what_is_done():
     assert calls[1].reaches.startswith(f"comparison {campaign.REAL.steps[1].name}")
 
 
+def test_the_plan_counts_only_the_goal_runs_left():
+    """A campaign whose goals lack C1's run alone plans C1's minutes for them, not the stage's."""
+    state = {"stages": {}, "goals_steps": [step.name for step in campaign.REAL.goals if step.workloads != ("C1",)]}
+    assert campaign.stage_minutes(state)["goals"] == campaign.GOAL_MINUTES["C1"]
+    assert campaign.stage_minutes()["goals"] == pytest.approx(sum(campaign.GOAL_MINUTES.values()))
+    assert list(campaign.stage_minutes(state))[:3] == ["anchors", "goals", "correctness"]
+
+
 # -- the preflight ----------------------------------------------------------------------------------
 class _Nvrtc:
     class nvrtcResult:  # noqa: N801 (cuda.bindings' name)
