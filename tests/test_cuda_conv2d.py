@@ -60,6 +60,17 @@ def test_the_per_thread_tile_stays_in_registers_whatever_the_unroll_knobs(tmp_pa
         assert local_memory(report) == 0, (explicit, step, report)
 
 
+def test_a_stage_filled_in_one_round_is_pipelined_too():
+    """64 threads along the output channels and one kernel element a stage: the kernel tile's
+    fill is a single round per thread, and still becomes ``cp.async``."""
+    c1 = workloads.lookup("C1")
+    single = {"tile_f": [1, 1, 64, 1], "tile_y": [11, 1, 1, 5], "tile_x": [5, 1, 1, 11], "tile_rc": [3, 1],
+              "tile_ry": [11, 1], "tile_rx": [11, 1], "reduce_order": ["rx", "rc", "ry"], "unroll_explicit": 1,
+              "auto_unroll_max_step": 0, "stages": 2}
+    source = cuda_source(c1, single)
+    assert "kernel_shared" in source and re.search(r"ptx_cp_async\w*\(kernel_shared", source)
+
+
 def test_deep_pipelines_need_the_explicit_unroll():
     """Past two stages the pipeline's last stages wait for copy counts that only a written-out
     loop makes constants (TVM refuses the build otherwise)."""

@@ -178,7 +178,9 @@ class Conv2dTemplate(Template):
             cooperative_fetch(sch, shared, step, threads)
             # A fill the auto-unroll step covers is written out by TVM in either unroll mode:
             # left to nvcc's ``#pragma unroll``, its rounds' addresses spill (C1, 440 threads).
-            rounds = loops_below(sch, shared, step)[:1]
+            # A single round is no loop to unroll, and an annotated one-round loop stops TVM
+            # turning the pipelined fill into cp.async.
+            rounds = [loop for loop in loops_below(sch, shared, step)[:1] if int(sch.get(loop).extent) > 1]
             for loop in rounds:
                 sch.annotate(loop, "pragma_unroll_explicit", 1)
         sch.annotate(bz, "pragma_auto_unroll_max_step", params["auto_unroll_max_step"])
