@@ -28,9 +28,11 @@ MAX_REGISTERS_PER_THREAD = 255
 REGISTERS_PER_BLOCK = 65536
 WARP_SIZE = 32
 WARP_GROUP = 4
-"""ptxas budgets a block's registers as if its warps were a multiple of four (an SM's four
-schedulers), in steps of 8 registers a thread: a block of 288 threads (9 warps) gets
-65536 / (12 x 32) -> 168 registers a thread, not 65536 / 288 (ptxas -v, sm_90a, nvcc 13)."""
+REGISTER_STEP = 8
+"""ptxas budgets a block's registers as if its warps were a multiple of ``WARP_GROUP`` (an SM's
+four schedulers), in steps of ``REGISTER_STEP`` registers a thread: a block of 288 threads
+(9 warps) gets 65536 / (12 x 32) -> 168 registers a thread, not 65536 / 288 (ptxas -v, sm_90a,
+nvcc 13)."""
 
 
 def registers_per_thread(threads: int) -> int:
@@ -38,7 +40,8 @@ def registers_per_thread(threads: int) -> int:
     (TVM's ``__launch_bounds__``): past this it spills to local memory."""
     warps = -(-threads // WARP_SIZE)
     budgeted = -(-warps // WARP_GROUP) * WARP_GROUP
-    return min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK // (budgeted * WARP_SIZE) // 8 * 8)
+    per_thread = REGISTERS_PER_BLOCK // (budgeted * WARP_SIZE)
+    return min(MAX_REGISTERS_PER_THREAD, per_thread // REGISTER_STEP * REGISTER_STEP)
 
 # What an H100 reports, for compiling CUDA where no GPU is visible (CI, nvcc-only machines).
 H100 = {"arch": "sm_90a", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
