@@ -24,18 +24,22 @@ Kernel Tuner is an optional dependency: ``pip install -e '.[kerneltuner]'``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import io
 import itertools
 import json
 import os
-import shutil
+import random
 import tempfile
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .tuning_cache import TuningCache
+import numpy as np
+
+from .tuning_cache import TuningCache, load
 
 PREFIX = "kt:"
 STRATEGIES = ("random_sample", "genetic_algorithm", "diff_evo", "simulated_annealing", "pso", "firefly_algorithm",
@@ -72,44 +76,75 @@ def check(spec: str) -> None:
         raise ValueError(f"unknown Kernel Tuner strategy {name!r}; known: {', '.join(sorted(strategy_map))}")
 
 
-def _plain_json(cache: TuningCache, folder: str, constrained: bool) -> str:
-    """Kernel Tuner reads only a plain ``.json`` cache, and appends to one it opens: a private
-    copy; unconstrained, with every restricted configuration of the grid recorded as invalid."""
-    path = os.path.join(folder, "cache.json")
-    opener = gzip.open if cache.path.endswith(".gz") else open
-    if constrained:
-        with opener(cache.path, "rb") as source, open(path, "wb") as copy:
-            shutil.copyfileobj(source, copy)
-        return path
-    with opener(cache.path, "rt") as source:
-        data = json.load(source)
-    for values in itertools.product(*(cache.values[k] for k in cache.keys)):
-        if values not in cache.entries:
-            data["cache"][",".join(map(str, values))] = {
-                **dict(zip(cache.keys, values)), "time": "InvalidConfig", "compile_time": 0.0,
-                "verification_time": 0.0, "benchmark_time": 0.0, "strategy_time": 0.0, "framework_time": 0.0}
-    with open(path, "w") as copy:
-        json.dump(data, copy)
-    return path
+@dataclass(frozen=True)
+class _Replay:
+    """What every run of one cache in one mode shares: the text of Kernel Tuner's plain ``.json`` copy
+    (unconstrained, with every restricted configuration of the grid recorded as invalid), the
+    arguments Kernel Tuner infers from it, and the configurations the cache measured."""
+    text: str
+    args: dict[str, Any]
+    measured: frozenset[tuple]
+
+
+@functools.lru_cache(maxsize=2)
+def _replay(path: str, constrained: bool) -> _Replay:
+    """Built once per process for a cache file and mode (a hub job runs every strategy and seed of one),
+    since writing and re-reading the grid takes seconds a run, more than most strategies spend searching."""
+    from kernel_tuner import util
+
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as source:
+        text = source.read()
+    if not constrained:
+        cache = load(path)
+        data = json.loads(text)
+        for values in itertools.product(*(cache.values[k] for k in cache.keys)):
+            if values not in cache.entries:
+                data["cache"][",".join(map(str, values))] = {
+                    **dict(zip(cache.keys, values)), "time": "InvalidConfig", "compile_time": 0.0,
+                    "verification_time": 0.0, "benchmark_time": 0.0, "strategy_time": 0.0, "framework_time": 0.0}
+        text = json.dumps(data)
+    with tempfile.TemporaryDirectory(prefix="nni-opevo-kt-") as folder:
+        copy_path = os.path.join(folder, "cache.json")
+        with open(copy_path, "w") as copy:
+            copy.write(text)
+        recorded = util.read_cache(copy_path, open_cache=False)
+    measured = frozenset(tuple(record[k] for k in recorded["tune_params_keys"]) for record in recorded["cache"].values())
+    return _Replay(text, util.infer_args_from_cache(recorded), measured)
+
+
+@contextlib.contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """Kernel Tuner accepts ``tune_kernel(seed=...)`` but its strategies never read it: they draw from
+    Python's and NumPy's global generators. Seeding both for the run (and putting their state back
+    after) makes a run repeat exactly, as every other tuner's does."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    random.seed(seed)
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
 
 
 def run(cache: TuningCache, spec: str, seed: int, budget: int, constrained: bool = True) -> list[Evaluation]:
     """The distinct configurations the strategy evaluated, in order, at most ``budget``."""
     kernel_tuner = import_kernel_tuner()
     from constraint import FunctionConstraint
-    from kernel_tuner import util
 
+    replay = _replay(cache.path, constrained)
+    restrictions = [FunctionConstraint(lambda *values: values in replay.measured)] if constrained else None
+    # Kernel Tuner reads only a plain ``.json`` cache, and appends to one it opens: a private copy a run.
     with tempfile.TemporaryDirectory(prefix="nni-opevo-kt-") as folder:
-        path = _plain_json(cache, folder, constrained)
-        recorded = util.read_cache(path, open_cache=False)
-        args = util.infer_args_from_cache(recorded)
-        measured = {tuple(record[k] for k in recorded["tune_params_keys"]) for record in recorded["cache"].values()}
-        restrictions = [FunctionConstraint(lambda *values: values in measured)] if constrained else None
+        path = os.path.join(folder, "cache.json")
+        with open(path, "w") as copy:
+            copy.write(replay.text)
         # Kernel Tuner prints its progress, and warns that a cache names no thread-block sizes.
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), _seeded(seed):
             warnings.simplefilter("ignore", UserWarning)
-            results, _ = kernel_tuner.tune_kernel(**args, cache=path, restrictions=restrictions, simulation_mode=True,
-                                                  strategy=spec.removeprefix(PREFIX),
+            results, _ = kernel_tuner.tune_kernel(**replay.args, cache=path, restrictions=restrictions,
+                                                  simulation_mode=True, strategy=spec.removeprefix(PREFIX),
                                                   strategy_options={"max_fevals": budget}, seed=seed,
                                                   quiet=True, verbose=False)
     seen: set[tuple] = set()
