@@ -11,7 +11,8 @@ gives none, so a restricted configuration is a failed trial that costs an evalua
 user with no static check (``objectives.Cache``). Each (slice, space) is one job: every tuner and
 seed through the runner, rows in ``<rows>/<slice>/<folder>/<file>.csv`` (``--rows``, default
 ``~/.cache/nni-opevo/hub``, outside the docs; resumable: the same command carries on where it
-stopped), jobs spread over ``--workers`` processes.
+stopped), jobs spread over ``--workers`` processes. A run ``fractions.csv`` already holds is kept
+too (``published_runs``), so machines that each run some seeds build one table.
 
 Kernel Tuner's strategies evaluate one configuration at a time by design, so they run in the
 concurrency-1 slices and the concurrency-8 slices compare OpEvo against those same runs (marked
@@ -83,12 +84,33 @@ class Slice:
         return cls(int(concurrency), mode)
 
 
-def _job(path: str, piece: Slice, tuners: list[str], seeds: int, budget: int, rows: str) -> str:
-    """One (slice, space): every tuner and seed; returns the space's name."""
+Run = tuple[str, str, str, int]
+"""(slice, space, tuner, seed)."""
+
+
+def _job(path: str, piece: Slice, tuners: list[str], seeds: int, budget: int, rows: str,
+         published: frozenset[Run]) -> str:
+    """One (slice, space): every tuner and seed not ``published``; returns the space's name."""
     objective = Cache(path, constrained=piece.mode == "constrained")
     csv_path = Path(rows) / piece.name / f"{objective.workload}.csv"  # the cache's folder/file
-    run(Plan([objective], tuners, list(range(seeds)), budget, piece.concurrency), csv_path, progress=False)
+    done = frozenset((space, tuner, seed) for name, space, tuner, seed in published if name == piece.name)
+    run(Plan([objective], tuners, list(range(seeds)), budget, piece.concurrency, published=done), csv_path,
+        progress=False)
     return objective.workload
+
+
+def published_runs(out: Path, budget: int, budgets: list[int]) -> dict[Run, dict[int, str]]:
+    """The runs ``out/fractions.csv`` already holds at every one of ``budgets`` (its fraction at each
+    budget), from a run of the same ``budget`` (``run.json``): the command keeps them, so the table
+    grows by seeds across machines that each run part of it (its rows stay on the machine that ran
+    them). Delete the file, or a tuner's lines in it, to run them again."""
+    path, info = out / FRACTIONS, out / "run.json"
+    if not path.exists() or not info.exists() or json.loads(info.read_text()).get("budget") != budget:
+        return {}
+    runs: dict[Run, dict[int, str]] = defaultdict(dict)
+    for row in read_rows(path):
+        runs[(row["slice"], row["space"], row["tuner"], int(row["seed"]))][int(row["budget"])] = row["fraction"]
+    return {run: fractions for run, fractions in runs.items() if all(b in fractions for b in budgets)}
 
 
 def _tuners_of(piece: Slice, tuners: list[str]) -> list[str]:
@@ -98,24 +120,27 @@ def _tuners_of(piece: Slice, tuners: list[str]) -> list[str]:
 
 
 def condense(rows: Path, out: Path, slices: list[Slice], budgets: list[int], optima: dict[str, float],
-             seeds: int) -> None:
+             seeds: int, published: dict[Run, dict[int, str]]) -> int:
     """Every run of seeds 0..``seeds``-1 (the rows may hold more, from a longer run) as its fraction of
-    the optimum at each budget into ``out/fractions.csv``: every tuner of a cell over the same seeds."""
-    lines = []
+    the optimum at each budget into ``out/fractions.csv``: every tuner of a cell over the same seeds.
+    A run without rows here is kept as ``published`` holds it; returns how many were."""
+    fractions = {run: values for run, values in published.items() if run[3] < seeds}
     for piece in slices:
         for csv_path in sorted((rows / piece.name).glob("*/*.csv")):
-            for workload, tuners in sorted(group(read_rows(csv_path)).items()):
-                for tuner, runs in sorted(tuners.items()):
-                    for seed, trials in sorted(runs.items(), key=lambda item: int(item[0])):
-                        if int(seed) >= seeds:
-                            continue
-                        for b in budgets:
-                            lines.append([piece.name, workload, tuner, seed, b,
-                                          f"{fraction_at(trials, b, optima[workload]):.6f}"])
+            for workload, tuners in group(read_rows(csv_path)).items():
+                for tuner, runs in tuners.items():
+                    for seed, trials in runs.items():
+                        if int(seed) < seeds:
+                            fractions[(piece.name, workload, tuner, int(seed))] = {
+                                b: f"{fraction_at(trials, b, optima[workload]):.6f}" for b in budgets}
+    kept = sum(run in published and fractions[run] is published[run] for run in fractions)
+    order = {piece.name: i for i, piece in enumerate(slices)}
     with open(out / FRACTIONS, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["slice", "space", "tuner", "seed", "budget", "fraction"])
-        writer.writerows(lines)
+        for run in sorted((r for r in fractions if r[0] in order), key=lambda r: (order[r[0]], *r[1:])):
+            writer.writerows([*run, b, fractions[run][b]] for b in budgets)
+    return kept
 
 
 Cells = dict[str, dict[tuple[str, int], dict[str, dict[str, float]]]]
@@ -230,10 +255,12 @@ def write_readme(out: Path) -> Path:
              ""]
     figure(cells, names, out / FIGURE)
     if info:
-        lines += [f"Command: `{info['command']}` (from the repository root). Machine: {info['machine']}. "
-                  f"Last run {info['started']} to {info['ended']} (the command resumes its rows: runs an earlier run of it "
-                  f"finished are read, not repeated); {info['seeds']} seeds (0-{info['seeds'] - 1}) per tuner, "
-                  f"{info['budget']} evaluations per run.", ""]
+        runs = "; ".join(f"{i['started']} to {i['ended']} on {i['machine']}"
+                         + (f", {i['kept']} runs kept" if i["kept"] else "") for i in info["invocations"])
+        lines += [f"Command: `{info['command']}` (from the repository root); {info['seeds']} seeds "
+                  f"(0-{info['seeds'] - 1}) per tuner, {info['budget']} evaluations per run. The command resumes: a run "
+                  "whose rows it finds, or that `fractions.csv` already holds, is kept, not repeated, so the table "
+                  f"grows by seeds across machines. Its invocations: {runs}.", ""]
     summaries = {}
     for name in names:
         table_lines, summary = slice_report(name, cells[name])
@@ -311,18 +338,22 @@ def main(argv: list[str] | None = None) -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         jobs = [(str(p.resolve()), piece, _tuners_of(piece, args.tuners)) for piece in slices for p in paths]
+        published = published_runs(args.out, args.budget, args.budgets)
         with ProcessPoolExecutor(args.workers) as pool:
-            futures = {pool.submit(_job, path, piece, tuners, args.seeds, args.budget, str(args.rows)): (path, piece)
+            futures = {pool.submit(_job, path, piece, tuners, args.seeds, args.budget, str(args.rows),
+                                   frozenset(published)): (path, piece)
                        for path, piece, tuners in jobs}
             for done, future in enumerate(as_completed(futures), 1):
                 path, piece = futures[future]
                 print(f"[{done}/{len(jobs)}] {piece.name} {future.result()}", file=sys.stderr, flush=True)
         optima = {o.workload: o.optimum for o in (Cache(str(p.resolve())) for p in paths)}
-        condense(args.rows, args.out, slices, args.budgets, optima, args.seeds)
+        kept = condense(args.rows, args.out, slices, args.budgets, optima, args.seeds, published)
+        earlier = json.loads((args.out / "run.json").read_text())["invocations"] if kept else []  # whose runs stay
         (args.out / "run.json").write_text(json.dumps({
             "command": " ".join(["nni-opevo hub", *(argv if argv is not None else sys.argv[1:])]),
-            "started": started, "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": describe(), "budget": args.budget, "seeds": args.seeds}, indent=2) + "\n")
+            "budget": args.budget, "seeds": args.seeds, "invocations": [*earlier, {
+                "started": started, "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "machine": describe(), "kept": kept}]}, indent=2) + "\n")
     print(f"hub: {write_readme(args.out)}", flush=True)
 
 

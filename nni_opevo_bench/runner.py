@@ -46,6 +46,8 @@ class Plan:
     deadline: float | None = None
     """``time.monotonic()`` after which no trial starts (those running finish and are written):
     the same command later resumes where this one stopped."""
+    published: frozenset[tuple[str, str, int]] = frozenset()
+    """Runs (workload, tuner, seed) whose results a report already holds: not run again."""
 
     def past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -82,7 +84,8 @@ def run(plan: Plan, csv_path: Path, progress: bool = True) -> bool:
     for row in read_rows(csv_path):
         existing.setdefault((row["workload"], row["tuner"], row["seed"]), []).append(row)
     fresh = not csv_path.exists()
-    runs = [(o, t, s) for o in plan.objectives for t in plan.tuners for s in plan.seeds]
+    runs = [(o, t, s) for o in plan.objectives for t in plan.tuners for s in plan.seeds
+            if (o.workload, t, s) not in plan.published]
     bar = Progress(sys.stderr if progress else open("/dev/null", "w"), len(runs))
     try:
         with open(csv_path, "a", newline="") as handle:

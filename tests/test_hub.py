@@ -170,6 +170,16 @@ def test_the_hub_command_runs_every_slice_resumes_and_regenerates_its_report(tin
     hub.main(argv + ["--report-only"])
     assert (out / "README.md").read_text() == last and (out / hub.FIGURE).stat().st_size > 10_000
     assert f"]({hub.FIGURE})" in before
+    # Another machine, without these rows, adds a seed: the runs fractions.csv holds are kept, not run again.
+    published = (out / hub.FRACTIONS).read_text().splitlines()
+    more = argv[:argv.index("--seeds") + 1] + ["3"] + argv[argv.index("--seeds") + 2:]
+    hub.main(more)
+    assert {r["seed"] for p in rows.glob("*/*/*.csv") for r in _rows(p)} == {"2"}
+    grown = (out / hub.FRACTIONS).read_text().splitlines()
+    assert [line for line in grown if line.split(",")[3] != "2"] == published and len(grown) - 1 == 3 * 2 * 14
+    invocations = json.loads((out / "run.json").read_text())["invocations"]
+    assert len(invocations) == 2 and invocations[-1]["kept"] == 2 * 14
+    assert "28 runs kept" in (out / "README.md").read_text()
 
 
 def test_the_hub_command_refuses_bad_input_in_one_line(tmp_path, capsys):
