@@ -89,12 +89,11 @@ Run = tuple[str, str, str, int]
 
 
 def _job(path: str, piece: Slice, tuners: list[str], seeds: int, budget: int, rows: str,
-         published: frozenset[Run]) -> str:
-    """One (slice, space): every tuner and seed not ``published``; returns the space's name."""
+         published: frozenset[tuple[str, str, int]]) -> str:
+    """One (slice, space): every tuner and seed not ``published`` (space, tuner, seed); returns the space's name."""
     objective = Cache(path, constrained=piece.mode == "constrained")
     csv_path = Path(rows) / piece.name / f"{objective.workload}.csv"  # the cache's folder/file
-    done = frozenset((space, tuner, seed) for name, space, tuner, seed in published if name == piece.name)
-    run(Plan([objective], tuners, list(range(seeds)), budget, piece.concurrency, published=done), csv_path,
+    run(Plan([objective], tuners, list(range(seeds)), budget, piece.concurrency, published=published), csv_path,
         progress=False)
     return objective.workload
 
@@ -124,7 +123,9 @@ def condense(rows: Path, out: Path, slices: list[Slice], budgets: list[int], opt
     """Every run of seeds 0..``seeds``-1 (the rows may hold more, from a longer run) as its fraction of
     the optimum at each budget into ``out/fractions.csv``: every tuner of a cell over the same seeds.
     A run without rows here is kept as ``published`` holds it; returns how many were."""
-    fractions = {run: values for run, values in published.items() if run[3] < seeds}
+    order = {piece.name: i for i, piece in enumerate(slices)}
+    kept = {run: values for run, values in published.items() if run[0] in order and run[3] < seeds}
+    fractions = dict(kept)
     for piece in slices:
         for csv_path in sorted((rows / piece.name).glob("*/*.csv")):
             for workload, tuners in group(read_rows(csv_path)).items():
@@ -133,14 +134,12 @@ def condense(rows: Path, out: Path, slices: list[Slice], budgets: list[int], opt
                         if int(seed) < seeds:
                             fractions[(piece.name, workload, tuner, int(seed))] = {
                                 b: f"{fraction_at(trials, b, optima[workload]):.6f}" for b in budgets}
-    kept = sum(run in published and fractions[run] is published[run] for run in fractions)
-    order = {piece.name: i for i, piece in enumerate(slices)}
     with open(out / FRACTIONS, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["slice", "space", "tuner", "seed", "budget", "fraction"])
-        for run in sorted((r for r in fractions if r[0] in order), key=lambda r: (order[r[0]], *r[1:])):
+        for run in sorted(fractions, key=lambda r: (order[r[0]], *r[1:])):
             writer.writerows([*run, b, fractions[run][b]] for b in budgets)
-    return kept
+    return sum(fractions[run] is values for run, values in kept.items())  # those no row replaced
 
 
 Cells = dict[str, dict[tuple[str, int], dict[str, dict[str, float]]]]
@@ -341,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
         published = published_runs(args.out, args.budget, args.budgets)
         with ProcessPoolExecutor(args.workers) as pool:
             futures = {pool.submit(_job, path, piece, tuners, args.seeds, args.budget, str(args.rows),
-                                   frozenset(published)): (path, piece)
+                                   frozenset(run[1:] for run in published if run[0] == piece.name)): (path, piece)
                        for path, piece, tuners in jobs}
             for done, future in enumerate(as_completed(futures), 1):
                 path, piece = futures[future]
