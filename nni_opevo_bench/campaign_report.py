@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from trial_code.status import Status
+from trial_code.workloads import NAMED
 
 from .table import read_rows
 
@@ -83,7 +84,9 @@ def _correctness_table(rows: list[dict[str, Any]]) -> list[str]:
         return []
     lines = ["## Correctness and the static limits", "",
              "| workload | admitted: statuses | refused by a launch limit, run anyway: statuses |", "|---|---|---|"]
-    for name in dict.fromkeys(r["workload"] for r in rows):
+    names = dict.fromkeys(r["workload"] for r in rows)
+    # The registry's order (a user's operators after it), whichever call measured a workload first.
+    for name in sorted(names, key=lambda n: list(NAMED).index(n) if n in NAMED else len(NAMED)):
         cells = []
         for kind in ("admitted", "probe"):
             counts = Counter(r["status"] for r in rows if r["workload"] == name and r["kind"] == kind)
