@@ -4,16 +4,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from trial_code.device_lock import exclusive
+import pytest
+
+from trial_code.device_lock import DeviceBusy, exclusive
 
 ROOT = Path(__file__).parent.parent
 HOLD = """
 import sys, time
-from trial_code.device_lock import exclusive
+from trial_code.device_lock import DeviceBusy, exclusive
 with exclusive(sys.argv[1]):
     start = time.time()
     print("held", flush=True)
@@ -147,3 +150,28 @@ def test_a_planted_link_as_the_lock_file_is_not_followed(tmp_path, monkeypatch):
         with exclusive("cpu"):
             pass
     assert victim.read_text() == "keep me"
+
+
+def test_the_wait_is_per_holder_and_each_turn_is_told(tmp_path, monkeypatch):
+    """Behind three holders of 1 s each a waiter with a 1.6 s timeout gets the device (3 s in
+    all), told of the two turns between them; behind one holder of 3 s it is DeviceBusy."""
+    monkeypatch.setenv("NNI_OPEVO_LOCK_DIR", str(tmp_path))
+    first = _holder("cuda-0", 1.0, dict(os.environ))
+    queue = [first]
+    try:
+        assert first.stdout.readline().strip() == "held"
+        queue += [_holder("cuda-0", 1.0, dict(os.environ)) for _ in range(2)]
+        time.sleep(0.5)  # both wait on the lock before this process does
+        turns = []
+        started = time.monotonic()
+        with exclusive("cuda-0", timeout=1.6, on_turn=lambda: turns.append(time.monotonic())):
+            waited = time.monotonic() - started
+    finally:
+        for process in queue:
+            process.kill()
+            process.wait()
+    assert waited > 1.6 and len(turns) >= 2, (waited, turns)
+    with held("cuda-0", 3.0):
+        with pytest.raises(DeviceBusy, match="for 1.6 s"):
+            with exclusive("cuda-0", timeout=1.6):
+                pass

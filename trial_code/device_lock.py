@@ -5,9 +5,12 @@ same time. An advisory ``flock`` on a per-device file does this without a server
 releases it when a killed holder's process dies, so a hung kernel never blocks the others
 for longer than its own trial lives.
 
-Waiting is bounded: ``exclusive(device, timeout)`` raises ``DeviceBusy`` when the device stays
-taken that long (another user's job, a stuck process), and the trial reports it as a failure
-instead of waiting forever.
+Waiting is bounded per holder: ``exclusive(device, timeout)`` raises ``DeviceBusy`` when one
+other process keeps the device that long (another user's job, a stuck process), and the trial
+reports it as a failure instead of waiting forever. Each holder writes a token of its own into the
+lock file, so a waiter sees the device pass from one trial to the next and starts its wait again:
+behind a queue of trials that each measure within their limits it waits its turn, however many
+trials are in flight (a total wait failed trials queued behind 14 builds and one slow kernel).
 
 The lock files live in a folder of the user's own, created with mode 0700 and checked to be
 a real directory the user owns (not a link planted in a shared ``/tmp``), and each file is
@@ -23,10 +26,12 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 POLL_S = 0.05
+TOKEN_BYTES = 64
+"""A holder's token (its pid and when it took the device) fits in this many bytes."""
 
 
 class DeviceBusy(RuntimeError):
@@ -75,12 +80,15 @@ def lock_path(device: str) -> str:
 
 
 @contextmanager
-def exclusive(device: str, timeout: float | None = None) -> Iterator[None]:
-    """Hold ``device``'s measurement lock; ``DeviceBusy`` after ``timeout`` seconds of waiting
-    (None: wait as long as it takes)."""
+def exclusive(device: str, timeout: float | None = None,
+              on_turn: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold ``device``'s measurement lock; ``DeviceBusy`` when one other holder keeps it for
+    ``timeout`` seconds of waiting (None: wait as long as it takes). ``on_turn`` is called each
+    time the device passes to another holder while this one waits (its wait starts again)."""
     fd = os.open(lock_path(device), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         deadline = None if timeout is None else time.monotonic() + timeout
+        holder = os.pread(fd, TOKEN_BYTES, 0)
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline is not None else 0))
@@ -88,10 +96,17 @@ def exclusive(device: str, timeout: float | None = None) -> Iterator[None]:
             except OSError as e:
                 if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                     raise
-                if time.monotonic() >= deadline:
+                now = os.pread(fd, TOKEN_BYTES, 0)
+                if now != holder:  # another holder's turn: the wait is per holder
+                    holder, deadline = now, time.monotonic() + timeout
+                    if on_turn is not None:
+                        on_turn()
+                elif time.monotonic() >= deadline:
                     raise DeviceBusy(f"device {device} stayed busy (its measurement lock {lock_path(device)} held "
-                                     f"by another process) for {timeout:g} s") from None
+                                     f"by one other process) for {timeout:g} s") from None
                 time.sleep(POLL_S)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {time.time_ns()}".encode(), 0)
         try:
             yield
         finally:

@@ -5,7 +5,7 @@ Static feasibility is checked here, in milliseconds and without TVM. Everything 
 kernel that exceeds ``run_timeout`` (counted from when the device lock is held, so waiting for
 other trials' measurements never counts) is killed with its compilers, and a crash is turned
 into a status from the phase it happened in. Waiting for the device lock is bounded too
-(``lock_timeout``: DEVICE_BUSY). The worker dies with this process, whatever ends it: its
+(``lock_timeout`` behind any one holder: DEVICE_BUSY). The worker dies with this process, whatever ends it: its
 watcher kills the worker's session when this process's end closes their pipe (``worker``).
 """
 from __future__ import annotations
@@ -58,15 +58,18 @@ class Limits:
     min_repeat_ms: int = 50
     seed: int = 0
     lock_timeout: float | None = None
-    """Seconds a trial may wait for the device's measurement lock before DEVICE_BUSY (on a GPU
-    with its kernel built; on the CPU before building, see ``worker.run``); None: ``lock_wait``."""
+    """Seconds a trial may wait while one other process holds the device's measurement lock,
+    before DEVICE_BUSY (on a GPU with its kernel built; on the CPU before building, see
+    ``worker.run``); each turn of another holder starts the wait again. None: ``lock_wait``."""
 
     @property
     def lock_wait(self) -> float:
-        """The wait for the device: ``lock_timeout``, else ``LOCK_WAITS`` x ``run_timeout`` plus
-        ``build_timeout``. A holder keeps the lock for at most its own run timeout, and on the CPU
-        its build too (its watcher kills it with its trial, and the OS frees a dead holder's lock
-        at once), so this covers a CPU holder's build and a few measurements ahead."""
+        """The wait behind one holder of the device: ``lock_timeout``, else ``LOCK_WAITS`` x
+        ``run_timeout`` plus ``build_timeout``. A holder keeps the lock for at most its own run
+        timeout, and on the CPU its build too (its watcher kills it with its trial, and the OS frees
+        a dead holder's lock at once), so only a holder past any trial's limits (another user's
+        job, a stuck process) outlasts it; a queue of trials in flight does not, as the wait starts
+        again at each turn (``device_lock.exclusive``)."""
         if self.lock_timeout is not None:
             return self.lock_timeout
         return LOCK_WAITS * self.run_timeout + self.build_timeout
@@ -202,11 +205,11 @@ def _follow_worker(process: subprocess.Popen, job: dict[str, Any], limits: Limit
                 event["at"] = time.monotonic()
                 events.append(event)
                 # Each phase has its own limit from when it starts: building, waiting for the
-                # device (a margin past the worker's own lock timeout; on the CPU before the
-                # build, see ``worker.run``), measuring.
+                # device (a margin past the worker's own lock timeout, which starts again at each
+                # turn of another holder; on the CPU before the build, see ``worker.run``), measuring.
                 waiting = time.monotonic() + limits.lock_wait + LOCK_MARGIN_S
                 deadline = {"waiting": waiting, "locked": time.monotonic() + limits.build_timeout,
-                            "built": waiting, "measuring": time.monotonic() + limits.run_timeout,
+                            "built": waiting, "turn": waiting, "measuring": time.monotonic() + limits.run_timeout,
                             }.get(event["event"], deadline)
     except BaseException:
         _kill(process, grace=0)  # interrupted (SIGINT, an error of ours): the worker goes with us

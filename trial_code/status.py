@@ -15,4 +15,4 @@ class Status(IntEnum):
     BUILD_TIMEOUT = 6  # building exceeded its time limit
     RUN_TIMEOUT = 7  # running exceeded its time limit
     UNKNOWN_ERROR = 8  # anything else (the worker could not start, died without saying why, ...)
-    DEVICE_BUSY = 9  # the device's measurement lock stayed taken for the whole --lock-timeout (ours, not TVM's)
+    DEVICE_BUSY = 9  # one other process kept the device's measurement lock for the whole --lock-timeout (ours, not TVM's)

@@ -52,8 +52,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     add_number(parser, "--build-timeout", float, 0.01, MAX_SECONDS, "seconds", default=Limits.build_timeout)
     add_number(parser, "--run-timeout", float, 0.01, MAX_SECONDS, "seconds for checking and timing, once the device "
                "is ours", default=Limits.run_timeout)
-    add_number(parser, "--lock-timeout", float, 0.01, MAX_SECONDS, "seconds a trial may wait for the device before "
-               f"DEVICE_BUSY (default: {LOCK_WAITS} x --run-timeout + --build-timeout)", default=None)
+    add_number(parser, "--lock-timeout", float, 0.01, MAX_SECONDS, "seconds a trial may wait while one other process "
+               f"holds the device, before DEVICE_BUSY (default: {LOCK_WAITS} x --run-timeout + --build-timeout)",
+               default=None)
     add_number(parser, "--repeat", int, 1, MAX_REPEAT, "timed repeats, median reported", default=Limits.repeat)
     add_number(parser, "--min-repeat-ms", int, 0, MAX_REPEAT_MS, "each repeat runs the kernel enough times to last "
                "this long", default=Limits.min_repeat_ms)

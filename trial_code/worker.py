@@ -2,7 +2,7 @@
 
 It reads its job as JSON on stdin and writes one JSON event per line to its original stdout
 (``waiting`` and ``locked`` on the CPU, ``built``, ``measuring``, then ``done`` or
-``failed``); everything TVM or the compilers print
+``failed``; ``turn`` whenever the device it waits for passes to another trial); everything TVM or the compilers print
 goes to stderr instead, so it cannot corrupt the events. The parent (``evaluate``) enforces the
 build and run time limits from those events and kills this process when one is exceeded,
 which a build stuck in the compiler or a kernel that never returns cannot do for itself.
@@ -58,7 +58,7 @@ def run(job: dict[str, Any]) -> None:
         return build_and_measure(job, holding=False)
     emit("waiting")
     try:
-        with exclusive(target.device, job.get("lock_timeout")):
+        with exclusive(target.device, job.get("lock_timeout"), on_turn=lambda: emit("turn")):
             emit("locked")
             return build_and_measure(job, holding=True)
     except DeviceBusy as exc:
@@ -128,7 +128,7 @@ def build_and_measure(job: dict[str, Any], holding: bool) -> None:
         emit("measuring")
         return measured(workload, executable, target, job, prepared)
     try:
-        with exclusive(target.device, job.get("lock_timeout")):
+        with exclusive(target.device, job.get("lock_timeout"), on_turn=lambda: emit("turn")):
             emit("measuring")
             return measured(workload, executable, target, job, prepared)
     except DeviceBusy as exc:
