@@ -220,39 +220,40 @@ def test_a_device_held_elsewhere_is_device_busy_within_the_lock_timeout(tmp_path
     assert report["build_s"] is None
 
 
-QUEUED = """
+QUEUE = """
 import sys, time
-from trial_code.device_lock import exclusive
+from trial_code.device_lock import exclusive, lock_path
+turns, hold = int(sys.argv[1]), float(sys.argv[2])
 with exclusive("cpu"):
     print("held", flush=True)
-    time.sleep(float(sys.argv[1]))
+    for turn in range(turns):
+        time.sleep(hold)
+        with open(lock_path("cpu"), "r+b") as lock:  # the next trial's token, as its turn would write it
+            lock.truncate(0)
+            lock.write(f"queued {turn} {time.time_ns()}".encode())
+    time.sleep(hold)
 """
 
 
 def test_a_trial_queued_behind_other_trials_waits_its_turn(env, monkeypatch):
-    """Three other trials take the device in turn, 2 s each: about 5 s of waiting for this one,
-    past its --lock-timeout of 2.5 s and past its parent's watch (that and a margin, made 0.5 s
-    here). The wait is per holder, and the worker tells its parent of each turn, so the trial
-    waits its turn and measures instead of failing DEVICE_BUSY."""
+    """Four trials ahead of this one take the device in turn, 1.5 s each (one process playing
+    them, so none can slip in between): about 5 s of waiting, past the trial's --lock-timeout of
+    2.5 s and past its parent's watch (that and a margin, made 0.5 s here). The wait is per
+    holder, and the worker tells its parent of each turn, so the trial waits its turn and
+    measures instead of failing DEVICE_BUSY or being killed."""
     from trial_code import evaluate as evaluating
     from trial_code import targets
 
     monkeypatch.setattr(evaluating, "LOCK_MARGIN_S", 0.5)
-
-    def holder() -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-c", QUEUED, "2"], env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-
-    holders = [holder()]
+    queue = subprocess.Popen([sys.executable, "-c", QUEUE, "3", "1.5"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                             text=True)
     try:
-        assert holders[0].stdout.readline().strip() == "held"
-        holders += [holder(), holder()]
-        time.sleep(1.0)  # both wait on the lock before the trial does
+        assert queue.stdout.readline().strip() == "held"
         result = evaluating.evaluate(workloads.lookup("MM_small"), PARAMS, targets.resolve("cpu"),
                                      evaluating.Limits(lock_timeout=2.5))
     finally:
-        for process in holders:
-            process.kill()
-            process.wait()
+        queue.kill()
+        queue.wait()
     assert result.status.name == "NO_ERROR", result.error
     assert result.wait_s > 3.0, result
 
