@@ -5,6 +5,8 @@
 #                                                     (one call carries at most 64 MiB with the working tree)
 #   .devcarry/py/site.tar.xz                          NNI 3.0 without its web UI (the campaign drives tuners
 #                                                     in-process), json-tricks, schema, typeguard, xgboost-cpu
+#   .devcarry/campaign/campaign.tar.xz                 the published campaign (docs/results/h100; campaign-h200.tar.xz:
+#                                                     docs/results/h200), which the next call resumes
 # Usage, from the project root: bash scripts/gpu-bundle.sh   (about 6 minutes the first time; cached in /tmp)
 set -euo pipefail
 TVM_VERSION=0.27.0.post1
@@ -44,5 +46,16 @@ split -b 36000000 "$cache/tvm-site.tar.xz" "$cache/part."
 mv "$cache/part.aa" "$root/.devcarry/tvm-a/"
 mv "$cache/part.ab" "$root/.devcarry/tvm-b/"
 cp "$cache/py-site.tar.xz" "$root/.devcarry/py/site.tar.xz"
-du -h "$root"/.devcarry/tvm-a/part.aa "$root"/.devcarry/tvm-b/part.ab "$root"/.devcarry/py/site.tar.xz
+# The published campaigns resume where they stopped: each device's folder of docs/results packed as the
+# archive gpu-call.sh restores on a fresh machine (kept when a call has returned a newer one).
+mkdir -p "$root/.devcarry/campaign"
+for pair in h100:campaign h200:campaign-h200; do
+  published="$root/docs/results/${pair%%:*}" name=${pair#*:}
+  archive="$root/.devcarry/campaign/$name.tar.xz"
+  if [ -e "$published/campaign.json" ] && [ ! -e "$archive" ]; then
+    tar -C "$(dirname "$published")" --exclude=.campaign.lock --transform "s,^${pair%%:*},$name," \
+      -cJf "$archive" "${pair%%:*}"
+  fi
+done
+du -h "$root"/.devcarry/tvm-a/part.aa "$root"/.devcarry/tvm-b/part.ab "$root"/.devcarry/py/site.tar.xz "$root"/.devcarry/campaign/*
 echo "Ready: make the calls of docs/gpu-campaign.md."
