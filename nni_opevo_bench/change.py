@@ -1,7 +1,7 @@
-"""A search change's measured effect: one tuner's runs in two ``fractions.csv`` of ``nni-opevo hub``
+"""A search change's measured effect: one tuner's runs in two ``fractions.csv.gz`` of ``nni-opevo hub``
 (the code before the change and after it, the same seeds), paired run by run.
 
-    nni-opevo change BEFORE/fractions.csv AFTER/fractions.csv [--tuner opevo]
+    nni-opevo change BEFORE/fractions.csv.gz AFTER/fractions.csv.gz [--tuner opevo]
 
 A run is a (slice, space, seed) and counts once, by its mean fraction of the optimum over the
 budgets; the table gives the difference, after minus before, over every run both files hold, per
@@ -12,6 +12,7 @@ many cells (slice, space, budget; the mean over the seeds) went up and down. The
 from __future__ import annotations
 
 import argparse
+import gzip
 from collections import defaultdict
 from pathlib import Path
 
@@ -63,19 +64,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="nni-opevo change", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n", 1)[1])
-    parser.add_argument("before", type=Path, help="fractions.csv of the code before the change")
-    parser.add_argument("after", type=Path, help="fractions.csv of the code after it")
+    parser.add_argument("before", type=Path, help="fractions.csv.gz of the code before the change")
+    parser.add_argument("after", type=Path, help="fractions.csv.gz of the code after it")
     parser.add_argument("--tuner", default=BASELINE, help=f"the tuner the change is to (default {BASELINE})")
     args = parser.parse_args(argv)
     for path in (args.before, args.after):
         if not path.is_file():
-            parser.error(f"{path}: no such file (a fractions.csv of nni-opevo hub)")
+            parser.error(f"{path}: no such file (a fractions.csv.gz of nni-opevo hub)")
     read = {}
     for path in (args.before, args.after):
         try:
             read[path] = runs(path, args.tuner)
-        except (KeyError, ValueError, UnicodeDecodeError) as e:
-            parser.error(f"{path}: not a fractions.csv of nni-opevo hub (slice, space, tuner, seed, budget, fraction: {e})")
+        except (KeyError, ValueError, UnicodeDecodeError, gzip.BadGzipFile, EOFError) as e:
+            parser.error(f"{path}: not a fractions.csv.gz of nni-opevo hub "
+                         f"(slice, space, tuner, seed, budget, fraction: {e})")
     print(table(read[args.before], read[args.after]), end="")
 
 

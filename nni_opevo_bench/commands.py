@@ -9,6 +9,6 @@ COMMANDS = {
     "fingerprint": ("nni_opevo_bench.fingerprint", "record or check the hash of every tuner's proposals"),
     "campaign": ("nni_opevo_bench.campaign", "the GPU campaign: correctness, vendor anchors, comparison, throughput"),
     "hub": ("nni_opevo_bench.hub", "every tuner on the brute-forced spaces: 1 and 8 in flight, constrained and free"),
-    "change": ("nni_opevo_bench.change", "a search change's effect: one tuner's runs in two hub fractions.csv, paired"),
+    "change": ("nni_opevo_bench.change", "a search change's effect: one tuner's runs in two hub fractions.csv.gz, paired"),
     "operators": ("nni_opevo_bench.operators", "users' operators on the CPU against MetaSchedule and their libraries"),
 }

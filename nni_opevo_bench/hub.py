@@ -2,7 +2,7 @@
 with and without the constraint, every tuner (``nni-opevo hub``).
 
     nni-opevo hub --out docs/results/benchmark-hub                 # runs what is missing, then the README
-    nni-opevo hub --out docs/results/benchmark-hub --report-only   # the README again from fractions.csv
+    nni-opevo hub --out docs/results/benchmark-hub --report-only   # the README again from fractions.csv.gz
 
 A slice is a concurrency (trials in flight: 8 proposals are out before the first result returns,
 as NNI's dispatcher does) and a mode: ``constrained`` gives every tuner the kernel's restrictions
@@ -11,14 +11,14 @@ gives none, so a restricted configuration is a failed trial that costs an evalua
 user with no static check (``objectives.Cache``). Each (slice, space) is one job: every tuner and
 seed through the runner, rows in ``<rows>/<slice>/<folder>/<file>.csv`` (``--rows``, default
 ``~/.cache/nni-opevo/hub``, outside the docs; resumable: the same command carries on where it
-stopped), jobs spread over ``--workers`` processes. A run ``fractions.csv`` already holds is kept
+stopped), jobs spread over ``--workers`` processes. A run ``fractions.csv.gz`` already holds is kept
 too (``published_runs``), so machines that each run some seeds build one table.
 
 Kernel Tuner's strategies evaluate one configuration at a time by design, so they run in the
 concurrency-1 slices and the concurrency-8 slices compare OpEvo against those same runs (marked
 ``†``): a peer that waits for every result before its next proposal.
 
-The report condenses the rows into ``fractions.csv`` (slice, space, tuner, seed, budget: the best
+The report condenses the rows into ``fractions.csv.gz`` (slice, space, tuner, seed, budget: the best
 found as a fraction of the space's optimum; committed, so the README is regenerated without the
 rows) and writes ``README.md``: per slice, OpEvo's mean and worst seed against the best other
 tuner's mean in each cell (space x budget), the count of cells OpEvo leads, every tuner's mean over
@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
+import io
 import json
 import sys
 import time
@@ -62,7 +64,9 @@ costs about half an hour, more than every other tuner of a slice together (docs/
 CONCURRENCIES = (1, 8)
 MODES = ("constrained", "free")
 BUDGETS = (25, 50, 100, 200)
-FRACTIONS = "fractions.csv"
+FRACTIONS = "fractions.csv.gz"
+"""Packed (20 seeds of every tuner are some 58,000 lines, over 3 MB plain), and the same runs
+give the same bytes (no time stamp in the gzip header), so writing the table again changes nothing."""
 FIGURE = "fraction_vs_budget.png"
 ROWS = Path(user_cache()) / "hub"
 SEQUENTIAL = "†"
@@ -99,7 +103,7 @@ def _job(path: str, piece: Slice, tuners: list[str], seeds: int, budget: int, ro
 
 
 def published_runs(out: Path, budget: int, budgets: list[int]) -> dict[Run, dict[int, str]]:
-    """The runs ``out/fractions.csv`` already holds at every one of ``budgets`` (its fraction at each
+    """The runs ``out/fractions.csv.gz`` already holds at every one of ``budgets`` (its fraction at each
     budget), from a run of the same ``budget`` (``run.json``): the command keeps them, so the table
     grows by seeds across machines that each run part of it (its rows stay on the machine that ran
     them). Delete the file, or a tuner's lines in it, to run them again."""
@@ -121,7 +125,7 @@ def _tuners_of(piece: Slice, tuners: list[str]) -> list[str]:
 def condense(rows: Path, out: Path, slices: list[Slice], budgets: list[int], optima: dict[str, float],
              seeds: int, published: dict[Run, dict[int, str]]) -> int:
     """Every run of seeds 0..``seeds``-1 (the rows may hold more, from a longer run) as its fraction of
-    the optimum at each budget into ``out/fractions.csv``: every tuner of a cell over the same seeds.
+    the optimum at each budget into ``out/fractions.csv.gz``: every tuner of a cell over the same seeds.
     A run without rows here is kept as ``published`` holds it; returns how many were."""
     order = {piece.name: i for i, piece in enumerate(slices)}
     kept = {run: values for run, values in published.items() if run[0] in order and run[3] < seeds}
@@ -134,7 +138,7 @@ def condense(rows: Path, out: Path, slices: list[Slice], budgets: list[int], opt
                         if int(seed) < seeds:
                             fractions[(piece.name, workload, tuner, int(seed))] = {
                                 b: f"{fraction_at(trials, b, optima[workload]):.6f}" for b in budgets}
-    with open(out / FRACTIONS, "w", newline="") as handle:
+    with gzip.GzipFile(out / FRACTIONS, "wb", mtime=0) as packed, io.TextIOWrapper(packed, newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["slice", "space", "tuner", "seed", "budget", "fraction"])
         for run in sorted(fractions, key=lambda r: (order[r[0]], *r[1:])):
@@ -236,7 +240,7 @@ def figure(cells: Cells, names: list[str], path: Path) -> None:
 
 
 def write_readme(out: Path) -> Path:
-    """``README.md`` and its figure, from ``fractions.csv`` (and ``run.json`` where there is one)."""
+    """``README.md`` and its figure, from ``fractions.csv.gz`` (and ``run.json`` where there is one)."""
     cells = read_fractions(out / FRACTIONS)
     info = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
     names = sorted(cells, key=lambda n: (Slice.parse(n).mode, Slice.parse(n).concurrency))
@@ -258,7 +262,7 @@ def write_readme(out: Path) -> Path:
                          + (f", {i['kept']} runs kept" if i["kept"] else "") for i in info["invocations"])
         lines += [f"Command: `{info['command']}` (from the repository root); {info['seeds']} seeds "
                   f"(0-{info['seeds'] - 1}) per tuner, {info['budget']} evaluations per run. The command resumes: a run "
-                  "whose rows it finds, or that `fractions.csv` already holds, is kept, not repeated, so the table "
+                  "whose rows it finds, or that `fractions.csv.gz` already holds, is kept, not repeated, so the table "
                   f"grows by seeds across machines. Its invocations: {runs}.", ""]
     summaries = {}
     for name in names:
@@ -297,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n", 1)[1])
     parser.add_argument("--out", type=Path, required=True,
-                        help=f"folder for fractions.csv, run.json, README.md and {FIGURE}")
+                        help=f"folder for fractions.csv.gz, run.json, README.md and {FIGURE}")
     parser.add_argument("--rows", type=Path, default=ROWS, help="folder for every run's rows (resumable)")
     parser.add_argument("--hub", type=Path, default=HUB, help="the hub's folder of caches (<folder>/<file>.json.gz)")
     parser.add_argument("--held-out", type=Path, nargs="*", default=[],
@@ -312,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     add_number(parser, "--workers", int, 1, 256, "jobs at a time (processes)",
                default=targets.cpu_threads())
-    parser.add_argument("--report-only", action="store_true", help="only write README.md from fractions.csv")
+    parser.add_argument("--report-only", action="store_true", help="only write README.md from fractions.csv.gz")
     args = parser.parse_args(argv)
     if max(args.budgets) > args.budget:
         parser.error(f"--budgets: {max(args.budgets)} is past --budget {args.budget}")

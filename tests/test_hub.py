@@ -1,9 +1,10 @@
 """The whole benchmark-hub table (``nni-opevo hub``): the mode without the constraint for every
 kind of tuner, Optuna's samplers behind an NNI tuner, and the command end to end on a tiny cache
-(slices, resume, the report regenerated from fractions.csv)."""
+(slices, resume, the report regenerated from fractions.csv.gz)."""
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 
 import pytest
@@ -12,6 +13,7 @@ from test_tuning_cache import write_cache
 from nni_opevo.testing import drive
 from nni_opevo_bench import hub, kernel_tuner_strategies, optuna_peers, tuning_cache
 from nni_opevo_bench.objectives import Cache
+from nni_opevo_bench.table import read_rows
 
 pytest.importorskip("kernel_tuner")
 pytest.importorskip("optuna")
@@ -127,28 +129,23 @@ def test_optuna_resumes_from_imported_results(tiny):
     assert len(seen) == len(set(seen)) == 7
 
 
-def _rows(path):
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 def test_the_hub_command_runs_every_slice_resumes_and_regenerates_its_report(tiny, tmp_path):
     out, rows = tmp_path / "out", tmp_path / "rows"
     argv = ["--out", str(out), "--rows", str(rows), "--hub", str(tmp_path / "hub"), "--tuners", "opevo", "random",
             "optuna:tpe", "kt:random_sample", "--seeds", "2", "--budget", "6", "--budgets", "3", "6", "--workers", "1"]
     hub.main(argv)
     for piece in ("c1-constrained", "c8-constrained", "c1-free", "c8-free"):
-        trials = _rows(rows / piece / "tiny_kernel" / "GPU.csv")
+        trials = read_rows(rows / piece / "tiny_kernel" / "GPU.csv")
         tuners = {r["tuner"] for r in trials}
         assert tuners == ({"opevo", "random", "optuna:tpe"} | ({"kt:random_sample"} if piece.startswith("c1") else set()))
         assert all(r["status"] != "RESTRICTED" for r in trials) or piece.endswith("free")
     before = (out / "README.md").read_text()
     sizes = {p: p.stat().st_size for p in rows.glob("*/*/*.csv")}
     assert len(sizes) == 4
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", hub.FIGURE, "fractions.csv", "run.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", hub.FIGURE, "fractions.csv.gz", "run.json"]
     hub.main(argv)  # everything is in the rows: nothing runs again
     assert {p: p.stat().st_size for p in rows.glob("*/*/*.csv")} == sizes
-    fractions = _rows(out / hub.FRACTIONS)
+    fractions = read_rows(out / hub.FRACTIONS)
     assert len(fractions) == 2 * 2 * (4 + 3 + 4 + 3)  # budgets x seeds x the tuners of each slice
     for slice_name in ("c1-constrained", "c8-constrained", "c1-free", "c8-free"):
         assert f"## {slice_name}: OpEvo leads " in before
@@ -158,7 +155,7 @@ def test_the_hub_command_runs_every_slice_resumes_and_regenerates_its_report(tin
     assert "| opevo | " in before and "Wilcoxon" in before
     fewer = argv[:argv.index("--seeds") + 1] + ["1"] + argv[argv.index("--seeds") + 2:]
     hub.main(fewer)  # rows of more seeds than asked for: the table holds the seeds asked for, every tuner alike
-    assert {r["seed"] for r in _rows(out / hub.FRACTIONS)} == {"0"}
+    assert {r["seed"] for r in read_rows(out / hub.FRACTIONS)} == {"0"}
     assert {p: p.stat().st_size for p in rows.glob("*/*/*.csv")} == sizes
     hub.main(argv)
     last = (out / "README.md").read_text()  # as ``before``, but for the run's time, which may be a minute on
@@ -170,12 +167,12 @@ def test_the_hub_command_runs_every_slice_resumes_and_regenerates_its_report(tin
     hub.main(argv + ["--report-only"])
     assert (out / "README.md").read_text() == last and (out / hub.FIGURE).stat().st_size > 10_000
     assert f"]({hub.FIGURE})" in before
-    # Another machine, without these rows, adds a seed: the runs fractions.csv holds are kept, not run again.
-    published = (out / hub.FRACTIONS).read_text().splitlines()
+    # Another machine, without these rows, adds a seed: the runs fractions.csv.gz holds are kept, not run again.
+    published = gzip.open(out / hub.FRACTIONS, "rt").read().splitlines()
     more = argv[:argv.index("--seeds") + 1] + ["3"] + argv[argv.index("--seeds") + 2:]
     hub.main(more)
-    assert {r["seed"] for p in rows.glob("*/*/*.csv") for r in _rows(p)} == {"2"}
-    grown = (out / hub.FRACTIONS).read_text().splitlines()
+    assert {r["seed"] for p in rows.glob("*/*/*.csv") for r in read_rows(p)} == {"2"}
+    grown = gzip.open(out / hub.FRACTIONS, "rt").read().splitlines()
     assert [line for line in grown if line.split(",")[3] != "2"] == published and len(grown) - 1 == 3 * 2 * 14
     invocations = json.loads((out / "run.json").read_text())["invocations"]
     assert len(invocations) == 2 and invocations[-1]["kept"] == 2 * 14
@@ -192,7 +189,7 @@ def test_the_hub_command_refuses_bad_input_in_one_line(tmp_path, capsys):
 
 
 def test_a_change_is_paired_run_by_run_per_slice_and_space(tmp_path, capsys):
-    """``nni-opevo change``: one tuner's runs in two fractions.csv, each run by its mean over the
+    """``nni-opevo change``: one tuner's runs in two fractions.csv.gz, each run by its mean over the
     budgets, after minus before; runs only one file holds, and other tuners, are left out."""
     from nni_opevo_bench import change
 
@@ -218,4 +215,4 @@ def test_a_change_is_paired_run_by_run_per_slice_and_space(tmp_path, capsys):
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
     with pytest.raises(SystemExit):
         change.main([str(tmp_path / "other.csv"), str(after)])
-    assert "not a fractions.csv of nni-opevo hub" in capsys.readouterr().err
+    assert "not a fractions.csv.gz of nni-opevo hub" in capsys.readouterr().err
