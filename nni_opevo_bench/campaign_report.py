@@ -84,9 +84,9 @@ def _correctness_table(rows: list[dict[str, Any]]) -> list[str]:
         return []
     lines = ["## Correctness and the static limits", "",
              "| workload | admitted: statuses | refused by a launch limit, run anyway: statuses |", "|---|---|---|"]
-    names = dict.fromkeys(r["workload"] for r in rows)
     # The registry's order (a user's operators after it), whichever call measured a workload first.
-    for name in sorted(names, key=lambda n: list(NAMED).index(n) if n in NAMED else len(NAMED)):
+    registry = {name: i for i, name in enumerate(NAMED)}
+    for name in sorted(dict.fromkeys(r["workload"] for r in rows), key=lambda n: registry.get(n, len(registry))):
         cells = []
         for kind in ("admitted", "probe"):
             counts = Counter(r["status"] for r in rows if r["workload"] == name and r["kind"] == kind)

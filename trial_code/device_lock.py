@@ -10,7 +10,7 @@ other process keeps the device that long (another user's job, a stuck process), 
 reports it as a failure instead of waiting forever. Each holder writes a token of its own into the
 lock file, so a waiter sees the device pass from one trial to the next and starts its wait again:
 behind a queue of trials that each measure within their limits it waits its turn, however many
-trials are in flight (a total wait failed trials queued behind 14 builds and one slow kernel).
+trials are in flight.
 
 The lock files live in a folder of the user's own, created with mode 0700 and checked to be
 a real directory the user owns (not a link planted in a shared ``/tmp``), and each file is
