@@ -129,6 +129,12 @@ def test_optuna_resumes_from_imported_results(tiny):
     assert len(seen) == len(set(seen)) == 7
 
 
+def _lines(path):
+    """The packed table's lines as written (``read_rows`` gives them parsed)."""
+    with gzip.open(path, "rt") as handle:
+        return handle.read().splitlines()
+
+
 def test_the_hub_command_runs_every_slice_resumes_and_regenerates_its_report(tiny, tmp_path):
     out, rows = tmp_path / "out", tmp_path / "rows"
     argv = ["--out", str(out), "--rows", str(rows), "--hub", str(tmp_path / "hub"), "--tuners", "opevo", "random",
@@ -168,11 +174,11 @@ def test_the_hub_command_runs_every_slice_resumes_and_regenerates_its_report(tin
     assert (out / "README.md").read_text() == last and (out / hub.FIGURE).stat().st_size > 10_000
     assert f"]({hub.FIGURE})" in before
     # Another machine, without these rows, adds a seed: the runs fractions.csv.gz holds are kept, not run again.
-    published = gzip.open(out / hub.FRACTIONS, "rt").read().splitlines()
+    published = _lines(out / hub.FRACTIONS)
     more = argv[:argv.index("--seeds") + 1] + ["3"] + argv[argv.index("--seeds") + 2:]
     hub.main(more)
     assert {r["seed"] for p in rows.glob("*/*/*.csv") for r in read_rows(p)} == {"2"}
-    grown = gzip.open(out / hub.FRACTIONS, "rt").read().splitlines()
+    grown = _lines(out / hub.FRACTIONS)
     assert [line for line in grown if line.split(",")[3] != "2"] == published and len(grown) - 1 == 3 * 2 * 14
     invocations = json.loads((out / "run.json").read_text())["invocations"]
     assert len(invocations) == 2 and invocations[-1]["kept"] == 2 * 14
