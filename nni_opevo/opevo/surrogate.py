@@ -115,7 +115,11 @@ class Surrogate:
             atoms, fitness, ok = atoms[keep], fitness[keep], ok[keep]
         log = np.log(np.where(ok, fitness, 1.0))
         log = np.where(ok, log, log[ok].min() - 1.0)
-        z = (log - log.mean()) / (log.std() or 1.0)
+        self._fitted = self.fit_targets(atoms, (log - log.mean()) / (log.std() or 1.0))
+
+    def fit_targets(self, atoms: np.ndarray, z: np.ndarray) -> Fitted | None:
+        """The model of targets ``z`` (prior mean 0, variance 1) on ``atoms``, its relevances
+        fitted; None when no kernel matrix is positive definite."""
         width = atoms.shape[1]
         distances = per_atom(atoms, atoms, self.ordinal) if width <= RELEVANCE_LIMIT else None
         between = distances.mean(axis=2) if distances is not None else \
@@ -126,7 +130,7 @@ class Surrogate:
             if fit is not None and (single is None or fit[0] > single[0]):
                 single = (fit[0], length)
         if single is None:
-            return
+            return None
         relevance = np.full(width, 1.0 / (single[1] * width))
         if distances is not None:
             # The previous fit's relevances start the search: one measurement more moves them little.
@@ -137,9 +141,9 @@ class Surrogate:
         else:
             fit = _solve(np.exp(-between / single[1]), z)
         if fit is None:
-            return
+            return None
         _, factor, alpha = fit
-        self._fitted = Fitted(atoms, relevance, factor, alpha, float(z.max()))
+        return Fitted(atoms, relevance, factor, alpha, float(z.max()))
 
     @one_blas_thread
     def predict(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
