@@ -8,6 +8,10 @@ brute-forced tuning spaces (docs/tuners.md; the chosen values: ``settings``).
   expects to improve most on the best so far. Budgets are small, and a child is a guess: the
   surrogate learns from every measurement which guesses pay, and the best's neighbours make
   sure no single step from it is left to chance.
+* **Failures learned apart.** Without a constraint, a configuration that cannot run costs a
+  trial. The surrogate learns speed from the kernels that ran, and a second model
+  (``feasibility``) whether a configuration runs, with relevances of its own: a candidate's
+  expected improvement is weighed by its chance of running (``improvement_that_runs``).
 * **Sizes step by doubling too.** The walk over a ``discrete`` set of numbers may also step to
   the value's double or half (``operators.scaled_step``): tile and block sizes act
   multiplicatively, and a value between two good ones (a 3-wide tile between 2 and 4, a
@@ -21,7 +25,8 @@ brute-forced tuning spaces (docs/tuners.md; the chosen values: ``settings``).
   it expects of it. A surrogate fitted on a few dozen kernels learns main effects ("shared
   memory off is slow", "a 3-wide tile is awful, so 4 is too"), while kernels interact: the
   best kernel of a space is often one such step from a plateau the surrogate keeps refining,
-  and expected improvement then never proposes that step. The steps include diagonal ones,
+  and expected improvement then never proposes that step (among the steps likely to run,
+  ``uncertainty_that_runs``). The steps include diagonal ones,
   one size doubled and another halved (the ``diagonal`` neighbourhood of
   ``SearchSpace.neighbours``): the hardware's limits bind on products of sizes (threads per
   block, a tile's area), so fast kernels lie along ridges that no step in one size can follow.
@@ -49,6 +54,7 @@ from ..space.steps import nudge
 from . import settings
 from .args import OpEvoArgs
 from .atoms import Atoms
+from .feasibility import Feasibility
 from .kin import Kin, Relative
 from .operators import Parents, breed, scaled_step
 from .surrogate import Surrogate, TrainingSet
@@ -76,6 +82,26 @@ class Epoch:
         return restart > 0 and measured - max(self.best_at, self.start) >= restart
 
 
+Acquisition = Callable[[Surrogate, Feasibility, np.ndarray], np.ndarray]
+"""A candidate's score from the speed and feasibility models, given the candidates' atom rows."""
+
+
+def improvement_that_runs(speed: Surrogate, feasibility: Feasibility, rows: np.ndarray) -> np.ndarray:
+    """Expected improvement times the chance of running: a failure improves nothing."""
+    return speed.expected_improvement(rows) * feasibility.probability(rows)
+
+
+def uncertainty_that_runs(speed: Surrogate, feasibility: Feasibility, rows: np.ndarray) -> np.ndarray:
+    """The speed model's posterior standard deviation among the candidates at least
+    ``LIKELY_TO_RUN`` to run (all of them when none is): a local step teaches most where the
+    model knows least, but a step it knows little of because nothing there runs teaches nothing.
+    A gate, not a weight: weighing by the chance steered the steps off the ridges along the
+    hardware's limits, where fast kernels lie (docs/decisions.md)."""
+    spread = speed.predict(rows)[1]
+    likely = feasibility.probability(rows) >= settings.LIKELY_TO_RUN
+    return np.where(likely, spread, -np.inf) if likely.any() else spread
+
+
 class Screened(Variant):
     """The screened search (see the module docstring)."""
 
@@ -88,6 +114,7 @@ class Screened(Variant):
         self.atoms: Atoms | None = None
         """How the surrogate sees a configuration (set with the search space)."""
         self.surrogate: Surrogate | None = None
+        self.feasibility: Feasibility | None = None
         self.measured = TrainingSet()
         self.kin = Kin()
 
@@ -104,7 +131,7 @@ class Screened(Variant):
     def learn_from(self, kin: Sequence[Variant]) -> None:
         self.kin = Kin([k for k in kin if isinstance(k, Screened)], self.args.migrants)
         if self.atoms is not None:
-            self.surrogate = Surrogate(settings.SURROGATE_CAPACITY, self.kin.ordinal(self.atoms.ordinal))
+            self.models()
 
     def rebuild(self) -> None:
         space, population = self.host.require_space()
@@ -112,7 +139,7 @@ class Screened(Variant):
         self.epoch, self.epochs = Epoch(start=0), 1
         self.measured = TrainingSet()
         self.kin.reset()
-        self.surrogate = Surrogate(settings.SURROGATE_CAPACITY, self.kin.ordinal(self.atoms.ordinal))
+        self.models()
         for key, record in population.records.items():
             if record.evaluated and not record.rejected:
                 self.observe(key)
@@ -156,6 +183,13 @@ class Screened(Variant):
 
     # ------------------------------------------------------------------ its parts
 
+    def models(self) -> None:
+        """Fresh speed and feasibility models of this search's atoms (with kin, theirs too)."""
+        assert self.atoms is not None
+        ordinal = self.kin.ordinal(self.atoms.ordinal)
+        self.surrogate = Surrogate(settings.SURROGATE_CAPACITY, ordinal)
+        self.feasibility = Feasibility(settings.SURROGATE_CAPACITY, ordinal)
+
     def start(self) -> Config:
         """A member of the random start: a uniform draw; with kin that have measured, every other
         member (the first, third, ...) is instead the most promising of ``screen`` uniform draws
@@ -198,17 +232,19 @@ class Screened(Variant):
                 return near[int(rng.integers(len(near)))]
         return space.sample(rng)
 
-    def most_promising(self, candidates: list[Config],
-                       by: Callable[[Surrogate, np.ndarray], np.ndarray] = Surrogate.expected_improvement) -> Config:
-        """The candidate of the highest score ``by`` (expected improvement) under the surrogate
-        refitted now (the first one while it cannot be fitted)."""
+    def most_promising(self, candidates: list[Config], by: Acquisition | None = None) -> Config:
+        """The candidate of the highest score ``by`` (``improvement_that_runs``) under the speed
+        and feasibility models refitted now (the first one while the speed model cannot be fitted)."""
         if len(candidates) < 2:
             return candidates[0]
-        assert self.surrogate is not None and self.atoms is not None
-        self.surrogate.fit(*self.training())
+        assert self.surrogate is not None and self.feasibility is not None and self.atoms is not None
+        training = self.training()
+        self.surrogate.fit(*training)
         if not self.surrogate.ready:
             return candidates[0]
-        scores = by(self.surrogate, np.stack([self.kin.row(self.atoms(c)) for c in candidates]))
+        self.feasibility.fit(*training)
+        scores = (by or improvement_that_runs)(self.surrogate, self.feasibility,
+                                               np.stack([self.kin.row(self.atoms(c)) for c in candidates]))
         return candidates[int(np.argmax(scores))]
 
     def training(self) -> tuple[np.ndarray, np.ndarray]:
@@ -257,7 +293,7 @@ class Screened(Variant):
         limit = settings.RING_FACTOR * self.args.screen
         diagonals = space.neighbours(best, kind="diagonal", rng=self.host.rng, limit=limit)
         ring = self.host.fresh([*self.ring(best), *diagonals], learn=False)
-        return self.most_promising(ring, by=lambda model, atoms: model.predict(atoms)[1]) if ring else None
+        return self.most_promising(ring, by=uncertainty_that_runs) if ring else None
 
     def epoch_parents(self) -> list[tuple[Config, float]]:
         """The top-lambda measurements of the current epoch with their eq. 2 weights."""

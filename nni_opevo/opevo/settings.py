@@ -60,3 +60,7 @@ RELEVANCE_STEPS = 30
 """L-BFGS iterations of the relevance fit: the fit's cost per proposal stays in milliseconds."""
 RELEVANCE_LIMIT = 64
 """Atoms per row up to which relevances are fitted (the fit holds capacity^2 x atoms distances)."""
+LIKELY_TO_RUN = 0.5
+"""A local step goes only to a neighbour at least this likely to run (by the feasibility model), while
+one is: weighing the steps by the chance instead, the held-out convolution without the constraint lost
+0.035 (docs/decisions.md)."""

@@ -22,9 +22,9 @@ so far is worth measuring first. A Gaussian process learns that from every measu
   (``RELEVANCE_PRIOR`` e-folds) centred on the best single length of a small grid, which keeps
   them sane on a few dozen points; a row of more than ``RELEVANCE_LIMIT`` atoms keeps the single
   length (the fit's memory and time grow with the atoms).
-* **Targets**: log fitness, standardized; failures and refusals (fitness 0) sit one below the
-  lowest measured log fitness, so the model learns where kernels fail without their zeros
-  swamping the scale of the ones that run.
+* **Targets**: log fitness of the kernels that ran, standardized. Failures (fitness 0) are
+  learned apart (``feasibility``): placed one below the slowest kernel, they taught the speed
+  model a cliff, and its relevances fitted to speeds say little about where kernels fail.
 * **Cost**: at most ``capacity`` measurements train the model (the best half and the most
   recent half when there are more), so a refit is a few dozen Cholesky factorizations of at
   most that size, whatever the history.
@@ -102,19 +102,20 @@ class Surrogate:
 
     @one_blas_thread
     def fit(self, atoms: np.ndarray, fitness: np.ndarray) -> None:
-        """``atoms``: one row per measured configuration; ``fitness``: >= 0, 0 for failures.
-        Fewer than two successes leave the model unfitted (nothing to rank by)."""
-        ok = fitness > 0
+        """``atoms``: one row per measured configuration; ``fitness``: >= 0, 0 for failures,
+        which this model leaves out. Fewer than two kernels that ran leave it unfitted (nothing
+        to rank by)."""
+        ran = fitness > 0
+        atoms, fitness = atoms[ran], fitness[ran]
         self._fitted = None
-        if ok.sum() < 2:
+        if len(fitness) < 2:
             return
         if len(fitness) > self.capacity:
             best = np.argsort(-fitness, kind="stable")[: self.capacity // 2]
             recent = np.arange(len(fitness) - (self.capacity - len(best)), len(fitness))
             keep = np.union1d(best, recent)
-            atoms, fitness, ok = atoms[keep], fitness[keep], ok[keep]
-        log = np.log(np.where(ok, fitness, 1.0))
-        log = np.where(ok, log, log[ok].min() - 1.0)
+            atoms, fitness = atoms[keep], fitness[keep]
+        log = np.log(fitness)
         self._fitted = self.fit_targets(atoms, (log - log.mean()) / (log.std() or 1.0))
 
     def fit_targets(self, atoms: np.ndarray, z: np.ndarray) -> Fitted | None:
