@@ -1,5 +1,6 @@
 """The screening surrogate of OpEvo's default variant: relevances learnt per atom, expected
-improvement, bounded memory on wide rows, and the atoms of a discrete set."""
+improvement, bounded memory on wide rows, the atoms of a discrete set, and the feasibility model
+that learns the failures apart."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +8,8 @@ import pytest
 
 from nni_opevo.opevo import surrogate
 from nni_opevo.opevo.atoms import encoder, powers_of_two
+from nni_opevo.opevo.feasibility import Feasibility
+from nni_opevo.opevo.screened import improvement_that_runs, uncertainty_that_runs
 from nni_opevo.opevo.surrogate import RELEVANCE_LIMIT, Surrogate, per_atom, weighted_distance
 from nni_opevo.space.parameters import DiscreteParameter
 
@@ -96,3 +99,53 @@ def test_the_power_of_two_atom_carries_a_slow_size_to_the_unseen_ones():
     mean, _ = model.predict(unseen)
     assert min(mean[0], mean[2]) > max(mean[1], mean[3])
     assert model.relevance is not None and model.relevance[2] > model.relevance[0]
+
+
+def failing_landscape(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Atom 0 decides the speed (ten times faster at 2), atom 1 whether the kernel runs (it fails
+    at 3, as a block past a launch limit does); atoms 2-3 change nothing."""
+    atoms, fitness, ordinal = knob_landscape(n, seed)
+    return atoms, np.where(atoms[:, 1] == 3, 0.0, fitness), ordinal
+
+
+def test_the_feasibility_model_learns_where_kernels_fail_from_the_knob_that_decides_it():
+    atoms, fitness, ordinal = failing_landscape(40, seed=3)
+    model = Feasibility(128, ordinal)
+    model.fit(atoms, fitness)
+    assert model.ready and model.relevance[1] > 3 * np.delete(model.relevance, 1).max()
+    unseen = np.array([[2.0, knob, 0.5, 0.5] for knob in range(4)])  # a value no row has in atoms 2-3
+    chance = model.probability(unseen)
+    assert chance[3] < 0.1 and chance[:3].min() > 0.9, chance
+
+
+def test_with_nothing_to_tell_apart_every_chance_is_one():
+    atoms, fitness, ordinal = knob_landscape(20, seed=4)
+    for labels in (fitness, np.zeros_like(fitness)):  # every kernel ran; none did
+        model = Feasibility(128, ordinal)
+        model.fit(atoms, labels)
+        assert not model.ready and np.array_equal(model.probability(atoms[:5]), np.ones(5))
+
+
+def test_the_speed_model_learns_from_the_kernels_that_ran_only():
+    """Failures are the feasibility model's: the speed model fitted with them predicts what it
+    predicts without them, so a failed kernel does not drag its running neighbours down."""
+    atoms, fitness, ordinal = failing_landscape(40, seed=5)
+    ran = fitness > 0
+    with_failures, without = Surrogate(128, ordinal), Surrogate(128, ordinal)
+    with_failures.fit(atoms, fitness)
+    without.fit(atoms[ran], fitness[ran])
+    probe = np.array([[2.0, knob, 0.0, 0.0] for knob in range(4)])
+    assert np.allclose(with_failures.predict(probe)[0], without.predict(probe)[0])
+
+
+def test_screening_weighs_by_the_chance_of_running_and_local_steps_skip_the_likely_failures():
+    atoms, fitness, ordinal = failing_landscape(40, seed=6)
+    speed, feasibility = Surrogate(128, ordinal), Feasibility(128, ordinal)
+    speed.fit(atoms, fitness)
+    feasibility.fit(atoms, fitness)
+    fails, runs = np.array([[2.0, 3.0, 0.5, 0.5]]), np.array([[2.0, 1.0, 0.5, 0.5]])
+    both = np.concatenate([fails, runs])
+    gains = improvement_that_runs(speed, feasibility, both)
+    assert gains[0] < 0.1 * speed.expected_improvement(fails)[0] and gains[1] > gains[0]
+    assert uncertainty_that_runs(speed, feasibility, both)[0] == -np.inf
+    assert np.isfinite(uncertainty_that_runs(speed, feasibility, fails)).all()  # none likely: all are steps
