@@ -2,7 +2,7 @@
 
 Tuning budgets are small (tens to hundreds of kernels), and a child bred from good parents is
 still a guess: among the children OpEvo could breed next, the one most likely to beat the best
-so far is worth measuring first. A Gaussian process learns that from every measurement:
+so far is worth measuring first. A Gaussian process learns that from every kernel that ran:
 
 * **Encoding**: a configuration becomes a row of *atoms* (``SearchSpace.atoms``): a factor's
   entries as log2 shares of C (ordinal: tile sizes act in ratios), a perm's item at each
