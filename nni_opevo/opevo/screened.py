@@ -232,7 +232,7 @@ class Screened(Variant):
                 return near[int(rng.integers(len(near)))]
         return space.sample(rng)
 
-    def most_promising(self, candidates: list[Config], by: Acquisition | None = None) -> Config:
+    def most_promising(self, candidates: list[Config], by: Acquisition = improvement_that_runs) -> Config:
         """The candidate of the highest score ``by`` (``improvement_that_runs``) under the speed
         and feasibility models refitted now (the first one while the speed model cannot be fitted)."""
         if len(candidates) < 2:
@@ -243,8 +243,7 @@ class Screened(Variant):
         if not self.surrogate.ready:
             return candidates[0]
         self.feasibility.fit(*training)
-        scores = (by or improvement_that_runs)(self.surrogate, self.feasibility,
-                                               np.stack([self.kin.row(self.atoms(c)) for c in candidates]))
+        scores = by(self.surrogate, self.feasibility, np.stack([self.kin.row(self.atoms(c)) for c in candidates]))
         return candidates[int(np.argmax(scores))]
 
     def training(self) -> tuple[np.ndarray, np.ndarray]:
