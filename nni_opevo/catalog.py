@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
-
-from nni.tuner import Tuner
+from typing import TYPE_CHECKING, Any
 
 from . import registry
 from .suggest import unknown
+
+if TYPE_CHECKING:  # importing nni takes seconds; the catalog names tuners for command lines that build none
+    from nni.tuner import Tuner
 
 BUILTINS = "ChoiceView"
 """The registry's tuner that carries NNI's built-ins (its ``tuner`` classArg names one)."""

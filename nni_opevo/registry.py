@@ -13,9 +13,10 @@ from __future__ import annotations
 import functools
 import importlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .class_args import Validator, validator_for
+if TYPE_CHECKING:
+    from .class_args import Validator
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,11 @@ class Registered:
         return getattr(importlib.import_module(module), name)
 
     def validator(self) -> type[Validator]:
-        """NNI's classArgs validator of the tuner: the parse of its declaration."""
+        """NNI's classArgs validator of the tuner: the parse of its declaration. Imported here, as
+        the tuner is: its base class is NNI's, and importing ``nni`` takes seconds that a command
+        line which never builds a tuner (``nni-opevo --help``) should not wait for."""
+        from .class_args import validator_for
+
         return validator_for(self.load().Args, self.validator_name)
 
 

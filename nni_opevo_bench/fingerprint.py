@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nni_opevo import catalog
-from nni_opevo.testing import drive
+from nni_opevo.testing.dispatch import drive
 from trial_code.cli import add_number
 
 from .objectives import SYNTHETIC, Cache, Objective, Synthetic

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from nni_opevo import catalog
-from nni_opevo.testing import Trial, drive
+from nni_opevo.testing.dispatch import Trial, drive
 from trial_code import networks
 
 from . import kernel_tuner_strategies, metaschedule, network_end_to_end, optuna_peers

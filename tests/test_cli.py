@@ -29,6 +29,18 @@ def test_version():
     assert shown.returncode == 0 and shown.stdout.strip() == f"nni-opevo {nni_opevo.__version__}"
 
 
+def test_the_command_line_answers_without_importing_nni():
+    """Importing ``nni`` takes about 2 s: the package, its registry and catalog, and the commands
+    that build no tuner (``--version``, ``launch --help``) answer without it."""
+    probe = ("import atexit, sys\n"
+             "atexit.register(lambda: print(sorted(m for m in sys.modules if m.split('.')[0] == 'nni')))\n"
+             "import nni_opevo, nni_opevo.catalog, nni_opevo.testing\n"
+             "from nni_opevo_tools import console\n"
+             "console.main(['launch', '--help'])\n")
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and shown.stdout.splitlines()[-1] == "[]", shown.stdout[-300:] + shown.stderr
+
+
 @pytest.mark.parametrize("command", sorted(commands()))
 def test_every_help_prints_help_and_does_nothing_else(command, tmp_path):
     shown = _run([command, "--help"], tmp_path)

@@ -430,7 +430,7 @@ def test_extreme_results_never_poison_a_tuner():
     import itertools
 
     from nni_opevo import catalog
-    from nni_opevo.testing import drive
+    from nni_opevo.testing.dispatch import drive
     from nni_opevo.testing.landscapes import tiled_matmul
 
     space, _ = tiled_matmul(256, 256, 256, seed=1)

@@ -10,7 +10,7 @@ import json
 import pytest
 from test_tuning_cache import write_cache
 
-from nni_opevo.testing import drive
+from nni_opevo.testing.dispatch import drive
 from nni_opevo_bench import hub, kernel_tuner_strategies, optuna_peers, tuning_cache
 from nni_opevo_bench.objectives import Cache
 from nni_opevo_bench.table import read_rows

@@ -9,16 +9,17 @@ from nni import NoMoreTrialError
 from nni.algorithms.hpo.random_tuner import RandomTuner
 from stats import ALPHA, binomial_tail, sign_test
 
-from nni_opevo import OpEvoClassArgsValidator, OpEvoTuner, testing
+from nni_opevo import OpEvoClassArgsValidator, OpEvoTuner
 from nni_opevo.fitness import Fitness, objective
 from nni_opevo.opevo.operators import breed
 from nni_opevo.space.parameters import FactorParameter
 from nni_opevo.space.search_space import SearchSpace
+from nni_opevo.testing import dispatch
 from nni_opevo.testing.landscapes import tiled_matmul
 
 # Deterministic runs: the simulated clock ignores the tuners' real time, which varies with
 # the machine's load and would reorder which trial finishes first.
-drive = functools.partial(testing.drive, charge_tuner_time=False)
+drive = functools.partial(dispatch.drive, charge_tuner_time=False)
 
 SMALL = {
     "f": {"_type": "factor", "_value": [64, 3]},

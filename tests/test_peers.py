@@ -22,7 +22,6 @@ from nni_opevo import (
     NoSETuner,
     catalog,
     registry,
-    testing,
 )
 from nni_opevo.fitness import Fitness
 from nni_opevo.peers.actor_critic import ActorCritic
@@ -31,12 +30,12 @@ from nni_opevo.peers.diversity import diverse_batch
 from nni_opevo.peers.knn import KnnSurrogate
 from nni_opevo.population import Population
 from nni_opevo.space.search_space import SearchSpace
-from nni_opevo.testing import contract
+from nni_opevo.testing import contract, dispatch
 from nni_opevo.testing.landscapes import tiled_matmul
 
 # Deterministic runs: the simulated clock ignores the tuners' real time, which varies with
 # the machine's load and would reorder which trial finishes first.
-drive = functools.partial(testing.drive, charge_tuner_time=False)
+drive = functools.partial(dispatch.drive, charge_tuner_time=False)
 
 ROOT = Path(__file__).resolve().parent.parent
 MIXED = {

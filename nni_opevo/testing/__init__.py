@@ -1,7 +1,3 @@
 """What it takes to test a tuner without NNI's processes or a GPU: a driver that makes the calls
 NNI 3.0's dispatcher makes (``dispatch``), and synthetic tiled-MatMul landscapes with the
 structure the OpEvo paper assumes (``landscapes``). The tests and the benchmark harness use both."""
-from .dispatch import Duration, Objective, Run, Trial, drive
-from .landscapes import tiled_matmul
-
-__all__ = ["Duration", "Objective", "Run", "Trial", "drive", "tiled_matmul"]
