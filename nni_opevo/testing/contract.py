@@ -163,12 +163,12 @@ def unknown_ids_late_results_and_import(make: Factory, kind: str) -> None:
 
 
 def a_small_space_runs_to_exhaustion(make: Factory, kind: str) -> None:
-    """A nested mixed space of 450 configurations: a population tuner proposes each exactly
+    """A nested mixed space of 120 configurations: a population tuner proposes each exactly
     once, then has no more trials; a view keeps to the space."""
-    small = {"f": {"_type": "factor", "_value": [16, 2]}, "p": {"_type": "perm", "_value": 3}, "c": MIXED["c"],
+    small = {"f": {"_type": "factor", "_value": [8, 2]}, "p": {"_type": "perm", "_value": 2}, "c": MIXED["c"],
              "q": {"_type": "quniform", "_value": [0, 1, 0.5]}}
     size = SearchSpace(small).size
-    assert size == 5 * 6 * 5 * 3
+    assert size == 4 * 2 * 5 * 3
     budget = size + 50 if kind != "view" else 60
     _, found = _drive(make, kind, small, lambda p: float(p["f"][0] + p["q"]), budget, 3, 1)
     parsed = SearchSpace(small)
