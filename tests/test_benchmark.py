@@ -22,6 +22,7 @@ def runs_of(rows):
     return out
 
 
+@pytest.mark.slow(seconds=5)
 def test_tiny_synthetic_benchmark_writes_csv_plots_table_and_resumes(tmp_path):
     out = tmp_path / "bench"
     argv = ["--objective", "synthetic", "--workloads", "SYN1", "SYN2", "--tuners", "opevo", "gbfs",
@@ -104,7 +105,7 @@ def test_published_gzip_csv_is_reported_and_replayed_but_not_silently_rerun(tmp_
     assert [r["tflops"] for r in rows_of(replay / "trials.csv")] == [r["tflops"] for r in rows]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=15)
 def test_live_cpu_kernels_run_in_parallel_and_report_real_times(tmp_path):
     out = tmp_path / "live"
     main(["--objective", "live", "--target", "cpu", "--workloads", "MM_small", "--tuners", "opevo", "--seeds", "1",
@@ -123,7 +124,7 @@ def test_unknown_tuner_fails_before_running(tmp_path):
         main(["--tuners", "opevoo", "--out", str(tmp_path / "x"), "--no-progress"])
 
 
-@pytest.mark.slow(seconds=65)
+@pytest.mark.slow(seconds=140)
 def test_metaschedule_tunes_the_same_live_workload_with_the_same_budget(tmp_path):
     """TVM MetaSchedule run by TVM itself: as many measured rows as the budget, in order, each
     known when its batch was measured, scored in TFLOPS like a trial, no tuner time of its own."""

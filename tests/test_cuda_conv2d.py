@@ -23,6 +23,7 @@ TILE = {"tile_f": [24, 2, 4, 1], "tile_y": [3, 1, 9, 1], "tile_x": [3, 1, 3, 3],
 
 
 @pytest.mark.parametrize("stages", [2, 4])
+@pytest.mark.slow(seconds=15)
 def test_stages_fetch_the_input_window_and_kernel_tile_ahead_with_cp_async(tmp_path, stages):
     """``stages`` buffers of one stage's input window (4 channels of 9 x 13 with the halo) and
     kernel tile (8 x 4 x 5), filled by ``cp.async`` up to ``stages - 1`` stages ahead; a padding
@@ -49,6 +50,7 @@ def test_threads_fill_shared_memory_in_coalesced_rounds():
     assert not any(re.search(r"\(\(int\)threadIdx\.x\) \*", line) for line in loads)
 
 
+@pytest.mark.slow(seconds=10)
 def test_the_per_thread_tile_stays_in_registers_whatever_the_unroll_knobs(tmp_path):
     """A 27-long per-thread column left to nvcc's ``#pragma unroll`` (``unroll_explicit`` 0) put
     the accumulators in local memory; they are written out in every mode."""
@@ -79,6 +81,7 @@ def test_deep_pipelines_need_the_explicit_unroll():
         for_workload(C2).check(C2, {**TILE, "stages": 3, "unroll_explicit": 0}, H100)
 
 
+@pytest.mark.slow(seconds=15)
 def test_stages_past_48_kb_use_dynamic_shared_memory(tmp_path):
     wide = {**TILE, "tile_rc": [2, 32]}  # 32 channels a stage: 4 x 32 x (9 x 13 + 8 x 5) = 20 KB a stage
     source = cuda_source(C2, {**wide, "stages": 3})
@@ -87,7 +90,7 @@ def test_stages_past_48_kb_use_dynamic_shared_memory(tmp_path):
     assert local_memory(report) == 0
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=50)
 @pytest.mark.parametrize("name", ["C1", "C2"])
 def test_no_configuration_the_check_admits_uses_local_memory(name, tmp_path):
     """Registers are estimated from the per-thread tile and the fill rounds written out (each an

@@ -19,6 +19,7 @@ TILE = {"tile_n": [8, 2, 8, 4], "tile_m": [8, 2, 16, 4], "tile_k": [1, 128, 8, 1
         "unroll": 512, "vector": 4, "stages": 1, "pad": 0, "raster": 0}
 
 
+@pytest.mark.slow(seconds=5)
 def test_vector_4_loads_global_memory_128_bits_at_a_time(tmp_path):
     ptx, _ = ptxas(cuda_source(MM1, TILE), tmp_path)
     assert re.search(r"ld\.global(\.nc)?\.v4\.[fub]32", ptx)
@@ -28,6 +29,7 @@ def test_vector_4_loads_global_memory_128_bits_at_a_time(tmp_path):
 
 
 @pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.slow(seconds=10)
 def test_a_pipeline_of_stages_fills_that_many_buffers_with_cp_async(tmp_path, stages):
     """``stages`` shared-memory buffers per operand, filled 16 bytes at a time by ``cp.async``
     up to ``stages - 1`` K stages ahead (the waits count down from ``stages - 1`` groups in flight)."""
@@ -115,6 +117,7 @@ def test_no_configuration_the_check_admits_uses_local_memory(name, tmp_path):
 
 
 @pytest.mark.parametrize("threads, budget", [(256, 255), (288, 168), (440, 128), (1024, 64)])
+@pytest.mark.slow(seconds=5)
 def test_the_register_budget_is_what_ptxas_gives_a_block(tmp_path, threads, budget):
     """``registers_per_thread`` against ptxas itself: a kernel that wants more registers than
     the budget gets at most the budget under ``__launch_bounds__(threads)`` (288 threads: 168,

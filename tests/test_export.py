@@ -14,7 +14,7 @@ from trial_code.evaluate import Limits
 from trial_code.status import Status
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=10)
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
 def test_cuda_best_is_exported_as_cuda_source_without_a_gpu(tmp_path):
     args = export.trial_arguments("python3 -m trial_code.trial --workload MM1 --target cuda --build-timeout 300")

@@ -170,6 +170,7 @@ def test_a_worker_inside_native_code_dies_with_its_trial(tmp_path, env, how):
         pass
 
 
+@pytest.mark.slow(seconds=5)
 def test_the_device_wait_follows_the_run_timeout(tmp_path, env):
     """Without --lock-timeout, a trial behind a holder that never lets go waits 3 x its run
     timeout plus its build timeout, not a fixed quarter of an hour."""
@@ -200,6 +201,7 @@ def test_a_segfaulting_kernel_is_a_reported_failure(tmp_path, env):
     assert report["status"] == "RUNTIME_DEVICE" and "worker died (signal 11)" in report["error"], report
 
 
+@pytest.mark.slow(seconds=5)
 def test_a_hanging_kernel_is_killed_at_the_run_timeout(tmp_path, env):
     process = trial(inject(tmp_path, env, HANG), "--run-timeout", "3")
     out, _ = process.communicate(timeout=300)
@@ -235,6 +237,7 @@ with exclusive("cpu"):
 """
 
 
+@pytest.mark.slow(seconds=10)
 def test_a_trial_queued_behind_other_trials_waits_its_turn(env, monkeypatch):
     """Four trials ahead of this one take the device in turn, 1.5 s each (one process playing
     them, so none can slip in between): about 5 s of waiting, past the trial's --lock-timeout of
@@ -398,6 +401,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", str(disk)], check=False)
 
 
+@pytest.mark.slow(seconds=10)
 def test_a_full_disk_stops_a_benchmark_with_the_file_named_and_resume_repeats_nothing(tmp_path, small_disk):
     import shutil
 
@@ -426,6 +430,7 @@ def test_a_full_disk_stops_a_benchmark_with_the_file_named_and_resume_repeats_no
         assert len({r["configuration"] for r in run}) == 150, "a configuration measured twice"
 
 
+@pytest.mark.slow(seconds=5)
 def test_extreme_results_never_poison_a_tuner():
     import itertools
 
@@ -543,6 +548,7 @@ def test_export_of_a_damaged_experiment_is_one_line_and_a_failure(tmp_path, dama
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow(seconds=15)
 def test_export_skips_and_counts_unreadable_records(tmp_path):
     folder = _experiment(tmp_path, lambda db: db.execute(
         "UPDATE MetricData SET data = '{not json' WHERE rowid IN (SELECT rowid FROM MetricData LIMIT 2)"))
@@ -582,7 +588,7 @@ def _export_in_process(folder: Path, monkeypatch, capsys, fault) -> tuple[System
     return ended.value, capsys.readouterr().err
 
 
-@pytest.mark.slow(seconds=25)
+@pytest.mark.slow(seconds=40)
 def test_an_export_interrupted_by_ctrl_c_leaves_the_earlier_one_intact(tmp_path, monkeypatch, capsys):
     """Ctrl-C while the new winner is compared with the library (its best.so and source already
     written): one line, exit 130, the earlier export byte for byte, no scratch folder left."""
@@ -599,7 +605,7 @@ def test_an_export_interrupted_by_ctrl_c_leaves_the_earlier_one_intact(tmp_path,
     assert sorted(p.name for p in folder.iterdir()) == [".export.lock", "db", "export"]  # no scratch folder left
 
 
-@pytest.mark.slow(seconds=25)
+@pytest.mark.slow(seconds=45)
 def test_a_disk_that_fills_while_best_json_is_written_leaves_the_earlier_export(tmp_path, monkeypatch, capsys):
     import errno
 
@@ -618,7 +624,7 @@ def test_a_disk_that_fills_while_best_json_is_written_leaves_the_earlier_export(
     assert again.returncode == 0, again.stderr
 
 
-@pytest.mark.slow(seconds=25)
+@pytest.mark.slow(seconds=15)
 def test_two_exports_into_one_folder_do_not_both_write_it(tmp_path):
     import fcntl
 
@@ -669,7 +675,7 @@ def _edit(**fields):
 _DROP = object()
 
 
-@pytest.mark.slow(seconds=8)
+@pytest.mark.slow(seconds=5)
 @pytest.mark.parametrize("change, message", [
     (_edit(library="/usr/lib/x86_64-linux-gnu/libc.so.6"), "field 'library' must name a file next to best.json"),
     (_edit(library="../../evil.so"), "field 'library' must name a file next to best.json"),

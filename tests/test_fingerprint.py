@@ -6,7 +6,7 @@ import pytest
 from nni_opevo_bench import fingerprint
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=65)
 def test_synthetic_landscapes_propose_as_recorded(capsys):
     assert fingerprint.main(["check", "--only", "SYN", "network", "--seeds", "1", "--hub", "/nonexistent",
                              "--held-out", "/nonexistent"]) == 0

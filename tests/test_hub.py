@@ -135,6 +135,7 @@ def _lines(path):
         return handle.read().splitlines()
 
 
+@pytest.mark.slow(seconds=10)
 def test_the_hub_command_runs_every_slice_resumes_and_regenerates_its_report(tiny, tmp_path):
     out, rows = tmp_path / "out", tmp_path / "rows"
     argv = ["--out", str(out), "--rows", str(rows), "--hub", str(tmp_path / "hub"), "--tuners", "opevo", "random",

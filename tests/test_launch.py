@@ -27,6 +27,7 @@ def test_console_lists_its_commands_and_refuses_unknown_ones():
     assert wrong.returncode == 2 and "unknown command 'lanch'" in wrong.stderr
 
 
+@pytest.mark.slow(seconds=5)
 def test_console_docs_explains_itself_and_names_a_file_it_cannot_rewrite(tmp_path):
     helped = subprocess.run([*CLI, "docs", "--help"], capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0 and "usage: nni-opevo docs [FILE ...]" in helped.stdout
@@ -73,6 +74,7 @@ def test_a_root_that_is_a_file_is_one_line(tmp_path):
     assert found.stderr.strip() == f"nni-opevo spaces: Not a directory: {tmp_path / 'a-file'}/search_spaces"
 
 
+@pytest.mark.slow(seconds=10)
 def test_console_runs_a_subcommand_with_its_own_options():
     params = {"tile_n": [8, 8, 4], "tile_m": [4, 4, 16], "tile_k": [64, 4], "block_order": ["n", "k", "m"]}
     out = subprocess.run([*CLI, "trial", "--workload", "MM_small", "--target", "cpu", "--min-repeat-ms", "5",
@@ -84,7 +86,7 @@ def test_console_runs_a_subcommand_with_its_own_options():
     assert helped.returncode == 0 and "nni-opevo spaces" in helped.stdout and "--tuner" in helped.stdout
 
 
-@pytest.mark.slow(seconds=60)
+@pytest.mark.slow(seconds=75)
 def test_launch_runs_a_generated_peer_experiment_and_remeasures_the_winner(tmp_path):
     """``nni-opevo launch --workload MM_small --tuner gbfs --target cpu``: the config is generated,
     the experiment runs under nnictl, and the winner printed is the re-measured one, with its

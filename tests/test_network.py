@@ -234,7 +234,7 @@ def test_spaces_writes_a_network_experiment(tmp_path):
     NetworkTuner(**args).update_search_space(space)  # the tuner takes what was written
 
 
-@pytest.mark.slow(seconds=65)
+@pytest.mark.slow(seconds=95)
 def test_a_network_experiment_under_nnictl_ends_with_its_end_to_end_latency(tmp_path):
     """A two-layer network tuned by one NNI experiment, then exported: each layer's best
     re-measured (or TVM's default schedule where no trial reached it) and the network's latency
@@ -307,7 +307,7 @@ def template_work(name, params):
     return math.prod(params["t"])
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=15)
 def test_layers_of_one_template_learn_from_each_other():
     """With ``transfer`` each OpEvo layer's surrogate learns from the other layers of its
     template, and half of their random starts are screened by it. Eight layers of one template,
@@ -358,6 +358,7 @@ def hidden_latency(name, params):
     return template_latency(name, params) / (10 if hidden_corner(name, params) else 1)
 
 
+@pytest.mark.slow(seconds=5)
 def test_a_kernel_one_layer_found_is_tried_on_its_kin():
     """A kernel that runs well on one layer of a template (imported: layer L512 has measured
     its hidden corner) is carried into its kin's space, a tile as the same share of the other
@@ -382,7 +383,7 @@ def test_a_kernel_one_layer_found_is_tried_on_its_kin():
     assert found[2] >= 10 and found[0] <= 8, found
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=5)
 def test_kin_steer_half_of_a_random_start_and_leave_the_rest_to_chance():
     """With ``transfer``, a start screened throughout by the kin's surrogate goes only where the
     kin have been, and a family of layers stops exploring. Four layers of one template, eight

@@ -107,6 +107,7 @@ class Trials(Ranking):
         return [(f"job{i}", str(i), json.dumps(json.dumps(r))) for i, (_, r) in enumerate(self.trials)]
 
 
+@pytest.mark.slow(seconds=5)
 def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_path):
     """The tuned conv is re-measured, the untried fc runs at TVM's default schedule, and the
     whole network with both is built as one program and timed, beside the sum."""
@@ -129,7 +130,7 @@ def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_p
     assert written["whole_network_ms"] == best.whole_network_ms and written["latency_ms"] == best.latency_ms
 
 
-@pytest.mark.slow(seconds=175)
+@pytest.mark.slow(seconds=140)
 def test_the_benchmark_tunes_a_network_with_each_allocator_and_metaschedule_and_builds_it_whole(tiny, tmp_path):
     """The harness runs NetworkTuners (gradient and round-robin) and MetaSchedule's task
     scheduler on the same network, times its layers at TVM's default schedule once, reports the
@@ -180,6 +181,7 @@ def test_the_profile_alternates_tuners_within_a_round(tiny):
     assert skipped == ["metaschedule"]
 
 
+@pytest.mark.slow(seconds=5)
 def test_the_profile_times_each_runs_kernels_alone_and_in_the_network_resuming_by_round(tiny, tmp_path):
     """``nni_opevo_bench.network_profile`` rebuilds each of our runs' best kernels from the CSV, times
     them alone and call by call inside the built network, round after round, beside TVM's default

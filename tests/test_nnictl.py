@@ -64,6 +64,7 @@ def test_class_name_experiment_evolves(workdir):
         check_evolution(exp, 60)
 
 
+@pytest.mark.slow(seconds=65)
 def test_exhausted_space_ends_the_experiment_cleanly(workdir):
     space = {"f": {"_type": "factor", "_value": [4, 2]}, "p": {"_type": "perm", "_value": 2},
              "c": {"_type": "choice",
@@ -92,6 +93,7 @@ TUNERS = {
 
 
 @pytest.mark.parametrize("name", TUNERS)
+@pytest.mark.slow(seconds=60)
 def test_registered_tuner_runs_to_completion(workdir, name):
     """Every tuner, by its registered name (``nnictl algo register`` with the shipped
     registration.yml), through a real nnictl experiment: all trials report and no configuration
@@ -123,6 +125,7 @@ def test_registered_tuner_runs_to_completion(workdir, name):
     ],
     ids=["bad-space", "bad-class-arg"],
 )
+@pytest.mark.slow(seconds=15)
 def test_bad_input_fails_the_experiment_with_a_clear_error(workdir, space, class_args, message):
     tuner = {"className": "nni_opevo.OpEvoTuner", "codeDirectory": str(workdir), "classArgs": class_args}
     with Experiment(workdir, config(workdir, space, tuner, 4)) as exp:
@@ -173,6 +176,7 @@ def test_cpu_quickstart_experiment_measures_real_kernels(quickstart):
     assert len(measured) >= 0.9 * len(feasible), [r for r in feasible if r not in measured]
 
 
+@pytest.mark.slow(seconds=20)
 def test_export_rebuilds_and_remeasures_the_best_of_a_stopped_experiment(quickstart, tmp_path):
     """``nni_opevo_tools.export`` reads the stopped experiment's own database (NNI is not running),
     re-measures the top-k with more repeats and writes the winner with its LLVM source."""
@@ -197,7 +201,7 @@ def test_export_rebuilds_and_remeasures_the_best_of_a_stopped_experiment(quickst
     assert f"parameter {best['parameter_id']}" in done.stdout
 
 
-@pytest.mark.slow(seconds=55)
+@pytest.mark.slow(seconds=70)
 def test_cuda_mm1_experiment_spends_no_trial_on_the_static_limits(workdir):
     """The shipped CUDA MM1 experiment, build-only on this GPU-less machine: the tuner's
     constraint (the trial code's static check, H100 limits) refuses the configurations that
@@ -226,6 +230,7 @@ def test_cuda_mm1_experiment_spends_no_trial_on_the_static_limits(workdir):
     assert "OpEvo: the constraint refused" in log, log[-2000:]
 
 
+@pytest.mark.slow(seconds=15)
 def test_a_raising_constraint_ends_the_experiment_with_its_message(workdir):
     shutil.copy(HERE / "constraints.py", workdir)
     tuner = {"className": "nni_opevo.OpEvoTuner", "codeDirectory": str(workdir),
@@ -238,7 +243,7 @@ def test_a_raising_constraint_ends_the_experiment_with_its_message(workdir):
         assert exp.parameters() == {}
 
 
-@pytest.mark.slow(seconds=75)
+@pytest.mark.slow(seconds=90)
 def test_stop_and_resume_mid_run_loses_and_repeats_nothing(workdir):
     """``nnictl stop`` while trials run, then ``nnictl resume``: the results NNI kept come back
     (import_data), the configurations whose trials the stop cancelled come back from the

@@ -66,7 +66,7 @@ def test_the_derived_matmul_is_the_hand_written_templates_loop_nest():
                                         map_free_vars=True), params
 
 
-@pytest.mark.slow(seconds=10)
+@pytest.mark.slow(seconds=5)
 @pytest.mark.parametrize("name", list(SMALL))
 def test_each_example_builds_runs_and_matches_its_reference_on_the_cpu(name):
     workload = _example(name)
@@ -107,7 +107,7 @@ def test_a_kernel_that_disagrees_with_the_reference_fails_as_a_wrong_answer(tmp_
     assert result.status.name == "WRONG_ANSWER" and "reference" in result.error
 
 
-@pytest.mark.slow(seconds=40)
+@pytest.mark.slow(seconds=5)
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
 @pytest.mark.parametrize("name", list(SMALL))
 def test_each_examples_cuda_space_compiles_without_local_memory(name, tmp_path):

@@ -40,6 +40,7 @@ def best_so_far(run, n):
 # ------------------------------------------------------------------ proposals
 
 
+@pytest.mark.slow(seconds=10)
 def test_steady_state_fills_every_request_without_repeats():
     space, f = tiled_matmul(seed=1)
     tuner = OpEvoTuner(seed=0)
@@ -112,6 +113,7 @@ def test_recombination_follows_eq_2():
     assert all(c == p1 for c in zero)  # zero-fitness traits are never inherited
 
 
+@pytest.mark.slow(seconds=5)
 def test_same_seed_same_results_same_proposals():
     space, f = tiled_matmul(seed=2)
     runs = [drive(OpEvoTuner(seed=11), space, f, max_trials=120, concurrency=4, seed=5, charge_tuner_time=False)
@@ -148,7 +150,7 @@ def test_last_unseen_configuration_is_found_in_a_nearly_exhausted_space():
 # ------------------------------------------------------------------ optimization quality
 
 
-@pytest.mark.slow(seconds=70)
+@pytest.mark.slow(seconds=90)
 def test_beats_nni_random_with_factors_as_choice():
     """Best after 200 trials on 20 synthetic tiled-MatMul landscapes, OpEvo against NNI's Random
     on the same space with factor/perm listed as choices. A sign test: a tuner no better than
@@ -172,6 +174,7 @@ def test_beats_nni_random_with_factors_as_choice():
     assert np.mean(ours) > 1.5 * np.mean(theirs)
 
 
+@pytest.mark.slow(seconds=5)
 def test_children_are_valid_far_more_often_than_random_draws():
     """After the initial population, OpEvo's children on a tiled-MatMul landscape are valid
     kernels (inside the launch limits) far more often than uniform draws: the false-pass
@@ -296,6 +299,7 @@ def test_trial_ending_without_result_is_a_failure():
 # ------------------------------------------------------------------ resume and space updates
 
 
+@pytest.mark.slow(seconds=5)
 def test_import_data_continues_the_evolution_without_repeats():
     space, f = tiled_matmul(seed=6)
     first = drive(OpEvoTuner(seed=1), space, f, 100, concurrency=4, seed=1)
@@ -591,6 +595,7 @@ def test_local_steps_follow_a_ridge_of_the_tiles_product():
     assert sum(found(seed, False) for seed in range(6)) <= 2
 
 
+@pytest.mark.slow(seconds=10)
 def test_screened_beats_random_search_early():
     """Best after 50 trials on 12 synthetic tiled-MatMul landscapes (launch limits as the
     constraint), against random search with the same constraint. A sign test over the landscapes

@@ -408,7 +408,9 @@ def test_every_shipped_experiment_builds_its_tuner_on_its_space():
         assert tuner.generate_parameters(0), path
 
 
-@pytest.mark.parametrize("spec", list(catalog.CATALOG))
+# NNI's built-ins behind ChoiceView take about 8 s each here (every factor and perm listed as a choice).
+@pytest.mark.parametrize("spec", [pytest.param(spec, marks=[pytest.mark.slow(seconds=10)] if catalog.CATALOG[spec].builtin
+                                               else []) for spec in catalog.CATALOG])
 def test_every_catalog_tuner_proposes_on_every_shipped_space(spec):
     """What ``--tuner`` generates on demand: each catalog tuner, with the classArgs an experiment
     gets, proposes on every workload's space (ChoiceView: every factor and perm small enough to list)."""

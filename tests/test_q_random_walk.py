@@ -33,8 +33,8 @@ def empirical(param, start, q, seed):
     return counts / DRAWS
 
 
-LONG_WALKS = pytest.mark.slow(seconds=8)
-"""q = 0.9 walks ten steps on average, 200k times: 4-9 s each, too long for the edit-test loop."""
+LONG_WALKS = pytest.mark.slow(seconds=25)
+"""q = 0.9 walks ten steps on average, 200k times: 10-35 s each beside the other lane, too long for the edit-test loop."""
 
 
 @pytest.mark.parametrize(

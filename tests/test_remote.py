@@ -62,6 +62,7 @@ def sshd(tmp_path):
     server.wait(timeout=10)
 
 
+@pytest.mark.slow(seconds=80)
 def test_remote_training_service_runs_the_unchanged_trial_code(sshd, tmp_path):
     port, key, home = sshd
     path = ROOT / "experiments/scale-out/remote.yml"

@@ -83,6 +83,7 @@ def test_random_neighbour_is_uniform_over_neighbours(param, start):
         assert draws[v] / 20_000 == pytest.approx(1 / len(expected), abs=0.02)
 
 
+@pytest.mark.slow(seconds=10)
 def test_factor_sampling_is_uniform_over_factorizations():
     p = FactorParameter("f", [72, 3])  # 2^3 * 3^2: 10 * 6 = 60 factorizations
     rng = np.random.default_rng(1)

@@ -34,11 +34,19 @@ SMALL = [
                    kernel_h=3, kernel_w=2, stride=1, padding=0),
 ]
 CUDA_WORKLOADS = SMALL + [workloads.lookup(name) for name in ("MM1", "BMM2", "C1", "C2")]
+LONG_BUILDS = {"C_small", "conv_s2", "C2"}
+"""Workloads whose kernels take nvcc 9-13 s on 2 cores: the slow lanes build them, the edit-test loop does not."""
+
+
+def _builds(workloads_: list[workloads.Workload], seconds: float) -> list:
+    """Each workload as a test parameter, those of ``LONG_BUILDS`` marked slow."""
+    return [pytest.param(w, id=w.name, marks=[pytest.mark.slow(seconds=seconds)] if w.name in LONG_BUILDS else [])
+            for w in workloads_]
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
 
 
 @needs_nvcc
-@pytest.mark.parametrize("workload", CUDA_WORKLOADS, ids=lambda w: w.name)
+@pytest.mark.parametrize("workload", _builds(CUDA_WORKLOADS, seconds=15))
 def test_cuda_kernel_generates_and_compiles_to_cubin(workload):
     params = feasible(workload, CUDA, seed=1)
     executable = kernel.build(kernel.scheduled(workload, params, CUDA), CUDA)
@@ -133,6 +141,7 @@ def test_cpu_conv2d_with_a_one_element_output_tile_is_right(tile_x):
     np.testing.assert_allclose(args[-1].numpy(), _numpy_full(workload, host), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow(seconds=5)
 def test_cpu_kernels_run_on_every_core_the_process_may_use():
     """TVM's runtime would start half as many threads as there are cores (it takes x86 cores to
     be hyper-threaded); the kernel module gives it the cores this process may use, unless the
@@ -241,6 +250,7 @@ def test_build_timeout_kills_the_build():
     assert result.status is Status.BUILD_TIMEOUT and "0.3 s" in result.error
 
 
+@pytest.mark.slow(seconds=5)
 def test_run_timeout_kills_a_kernel_that_runs_too_long():
     # Each timing repeat must last 60 s: far beyond the 3 s run limit.
     workload = workloads.lookup("MM_small")
@@ -312,6 +322,7 @@ def test_an_unknown_workload_is_refused_by_the_parser_with_the_closest_names():
         parse(["--workload", "MM_smal", "--target", "cpu"])
 
 
+@pytest.mark.slow(seconds=5)
 def test_standalone_trial_prints_its_report():
     workload = workloads.lookup("MM_small")
     out = subprocess.run([sys.executable, "-m", "trial_code.trial", "--workload", "MM_small", "--target", "cpu",
@@ -435,7 +446,7 @@ def _spin(stop) -> None:
         pass
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=15)
 def test_a_busy_machine_gets_no_ratio_to_the_vendor_library(tmp_path):
     """With a process spinning on every core, the kernel and OpenBLAS are slowed unequally from
     round to round: the comparison says the machine is busy instead of printing a ratio, and any

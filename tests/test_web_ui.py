@@ -52,6 +52,7 @@ def browser():
         chromium.close()
 
 
+@pytest.mark.slow(seconds=40)
 def test_overview_names_the_experiment_and_shows_the_best_tflops(experiment, browser):
     exp, cfg = experiment
     best = max(r["default"] for r in exp.results().values())
@@ -64,6 +65,7 @@ def test_overview_names_the_experiment_and_shows_the_best_tflops(experiment, bro
     page.close()
 
 
+@pytest.mark.slow(seconds=15)
 def test_trial_table_lists_each_trials_tflops_and_status(experiment, browser, tmp_path):
     exp, _ = experiment
     results = exp.results()
