@@ -18,8 +18,9 @@ starts the experiment with ``nnictl create``, prints the web UI's address (and t
 it on every network interface, without authentication), reports progress until the experiment
 ends, then re-measures the top configurations (``export``: more repeats, one at a time) and
 prints the winner, saying whether it was re-measured; ``best.json`` and the kernel's source go
-to ``<experiment folder>/export``. An experiment that ends in ERROR has its tuner's message
-printed from NNI's logs. The experiment stays up for the web UI until ``nnictl stop <id>``.
+to ``<experiment folder>/export``. An experiment whose tuner missed NNI's 10-s deadline to
+connect (a loaded machine) is started again; one that ends in ERROR otherwise has its tuner's
+message printed from NNI's logs. The experiment stays up for the web UI until ``nnictl stop <id>``.
 """
 from __future__ import annotations
 
@@ -137,6 +138,15 @@ def errors(folder: str) -> list[str]:
     return found
 
 
+STARTS = 3
+"""How many times an experiment is started whose tuner missed NNI's deadline to connect."""
+MISSED_CONNECT = "Tuner did not connect"
+"""What NNI 3.0's manager reports when the tuner's process has not connected 10 s after it
+started it (a constant of NNI's code). On a loaded machine, importing NNI alone can take that
+long; the experiment then ends in ERROR before its first trial, so starting it again loses
+and repeats nothing."""
+
+
 def start(config: str, port: int) -> str:
     """``nnictl create``; returns the experiment id."""
     out = subprocess.run([*NNICTL, "create", "--config", config, "--port", str(port)], capture_output=True, text=True)
@@ -158,6 +168,27 @@ def follow(client: ExperimentClient, every: float) -> dict:
         if client.ended(status):
             return status
         time.sleep(every)
+
+
+def run(config: str, port: int, every: float) -> tuple[str, dict]:
+    """Start the experiment and follow it to its end: (its id, its final check-status). One
+    whose tuner missed NNI's deadline to connect (``MISSED_CONNECT``) is stopped and started
+    again, up to ``STARTS`` times in all, with a line saying so."""
+    shown = os.path.relpath(config) if config.startswith(os.getcwd() + os.sep) else config
+    attempt = 1
+    while True:
+        experiment_id = start(config, port)
+        print(f"experiment {experiment_id} ({shown}): watch it at http://127.0.0.1:{port}")
+        if attempt == 1:
+            print(EXPOSED.format(port=port))
+        status = follow(ExperimentClient(port), every)
+        missed = status["status"] == "ERROR" and MISSED_CONNECT in str(status.get("errors"))
+        if not missed or attempt == STARTS:
+            return experiment_id, status
+        subprocess.run([*NNICTL, "stop", experiment_id], capture_output=True, text=True, timeout=120)
+        attempt += 1
+        print(f"NNI gave the tuner 10 s to connect and it did not (a loaded machine): experiment {experiment_id} "
+              f"stopped before its first trial; starting it again ({attempt} of {STARTS})", flush=True)
 
 
 def stop_command(experiment_id: str) -> str:
@@ -225,11 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         config = default_config(args.root)
     validate(config)
-    experiment_id = start(config, args.port)
-    shown = os.path.relpath(config) if config.startswith(os.getcwd() + os.sep) else config
-    print(f"experiment {experiment_id} ({shown}): watch it at http://127.0.0.1:{args.port}")
-    print(EXPOSED.format(port=args.port))
-    status = follow(ExperimentClient(args.port), args.every)
+    experiment_id, status = run(config, args.port, args.every)
     folder = experiment_folder(config, experiment_id)
     if status["status"] == "ERROR":
         detail = "\n  ".join(errors(folder)) or "(nothing in NNI's logs)"

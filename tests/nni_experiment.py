@@ -6,6 +6,7 @@ by parameter id (NNI 3.0's job listings mismatch them: microsoft/nni#5726).
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import time
@@ -18,6 +19,13 @@ from nni_opevo_tools.experiment_client import NNICTL, ExperimentClient, created_
 
 LOG_WAIT_S = 10.0
 """How long a log may take to show a line: a user looks for an error within seconds."""
+
+
+def launched_id(stdout: str) -> str | None:
+    """The experiment ``nni-opevo launch`` ran to its end: the last one it started (it starts one
+    again whose tuner missed NNI's deadline to connect)."""
+    started = re.findall(r"^experiment (\w+) \(", stdout, re.MULTILINE)
+    return started[-1] if started else None
 
 
 def free_port() -> int:

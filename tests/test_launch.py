@@ -3,16 +3,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from nni_experiment import free_port
+import yaml
+from nni_experiment import free_port, launched_id
 
 from nni_opevo_tools import best as best_json
-from nni_opevo_tools.experiment_client import NNICTL, created_id
+from nni_opevo_tools.experiment_client import NNICTL
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "nni_opevo_tools.console"]
@@ -97,7 +99,7 @@ def test_launch_runs_a_generated_peer_experiment_and_remeasures_the_winner(tmp_p
     out = subprocess.run([*CLI, "launch", "--workload", "MM_small", "--tuner", "gbfs", "--target", "cpu",
                           "--trials", "6", "--root", str(tmp_path), "--port", str(port), "--every", "2",
                           "--top-k", "2"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
-    experiment = created_id(out.stdout.replace("experiment ", "nnictl stop ", 1))
+    experiment = launched_id(out.stdout)
     try:
         assert out.returncode == 0, out.stdout + out.stderr
         config = tmp_path / "experiments" / "MM_small" / "gbfs-cpu.yml"
@@ -120,4 +122,51 @@ def test_launch_runs_a_generated_peer_experiment_and_remeasures_the_winner(tmp_p
         assert best_json.read(str(folder / "export" / "best.json")) == best
     finally:
         if experiment:
+            subprocess.run([*NNICTL, "stop", experiment], env=env, capture_output=True, timeout=120)
+
+
+SLOW_TO_CONNECT = '''"""G-BFS, but the first NNI dispatcher that imports this module waits past NNI's 10-s deadline."""
+import time
+from pathlib import Path
+
+from nni_opevo import GBFSTuner
+
+_imports = Path(__file__).with_name("imports")
+_imports.write_text(_imports.read_text() + "x" if _imports.exists() else "x")
+if len(_imports.read_text()) == 2:  # the launcher's check imports it first, the first dispatcher second
+    time.sleep(14)
+
+
+class SlowToConnect(GBFSTuner):
+    pass
+'''
+
+
+@pytest.mark.slow(seconds=60)
+def test_launch_starts_again_an_experiment_whose_tuner_missed_nnis_deadline_to_connect(tmp_path):
+    """NNI's manager gives the tuner 10 s to connect, which a loaded machine can miss before any
+    trial: the launcher stops that experiment, says so in a line, starts it again and runs it to
+    its exported winner."""
+    env = {**os.environ, "HOME": str(tmp_path), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    made = subprocess.run([*CLI, "spaces", "--workload", "MM_small", "--tuner", "gbfs", "--root", str(tmp_path)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    (tmp_path / "slow_to_connect.py").write_text(SLOW_TO_CONNECT)
+    config_path = tmp_path / "experiments" / "MM_small" / "gbfs-cpu.yml"
+    config = yaml.safe_load(config_path.read_text())
+    config["tuner"]["className"] = "slow_to_connect.SlowToConnect"
+    config_path.write_text(yaml.safe_dump({**config, "maxTrialNumber": 2}))
+    out = subprocess.run([*CLI, "launch", "--config", str(config_path), "--port", str(free_port()), "--every", "1",
+                          "--top-k", "1"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    started = re.findall(r"^experiment (\w+) \(", out.stdout, re.MULTILINE)
+    try:
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert len(started) == 2 and (tmp_path / "imports").read_text() == "xxx"
+        assert (f"NNI gave the tuner 10 s to connect and it did not (a loaded machine): experiment {started[0]} "
+                f"stopped before its first trial; starting it again (2 of 3)") in out.stdout
+        assert out.stdout.count("NNI serves this web UI") == 1
+        folder = tmp_path / "nni-experiments" / started[1]
+        assert best_json.read(str(folder / "export" / "best.json")).remeasured is not None
+    finally:
+        for experiment in started:
             subprocess.run([*NNICTL, "stop", experiment], env=env, capture_output=True, timeout=120)

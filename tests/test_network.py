@@ -239,7 +239,7 @@ def test_a_network_experiment_under_nnictl_ends_with_its_end_to_end_latency(tmp_
     """A two-layer network tuned by one NNI experiment, then exported: each layer's best
     re-measured (or TVM's default schedule where no trial reached it) and the network's latency
     exactly the sum of count x latency."""
-    from nni_opevo_tools.experiment_client import NNICTL, created_id
+    from nni_opevo_tools.experiment_client import NNICTL
 
     network = tmp_path / "tiny.json"
     network.write_text(json.dumps(TINY))
@@ -251,12 +251,12 @@ def test_a_network_experiment_under_nnictl_ends_with_its_end_to_end_latency(tmp_
     config["maxTrialNumber"] = 6
     config["trialCommand"] += " --min-repeat-ms 5"
     config_path.write_text(yaml.safe_dump(config))
-    from nni_experiment import free_port
+    from nni_experiment import free_port, launched_id
 
     out = subprocess.run([sys.executable, "-m", "nni_opevo_tools.launch", "--config", str(config_path), "--port",
                           str(free_port()), "--every", "2", "--top-k", "1"], env=env, cwd=ROOT, capture_output=True,
                          text=True, timeout=900)
-    experiment = created_id(out.stdout.replace("experiment ", "nnictl stop ", 1))
+    experiment = launched_id(out.stdout)
     try:
         assert out.returncode == 0, out.stdout + out.stderr
         folder = tmp_path / "nni-experiments" / str(experiment) / "export"
