@@ -21,10 +21,15 @@ LOG_WAIT_S = 10.0
 """How long a log may take to show a line: a user looks for an error within seconds."""
 
 
+def launched_ids(stdout: str) -> list[str]:
+    """The experiments ``nni-opevo launch`` started, in order (it starts one again whose tuner
+    missed NNI's deadline to connect)."""
+    return re.findall(r"^experiment (\w+) \(", stdout, re.MULTILINE)
+
+
 def launched_id(stdout: str) -> str | None:
-    """The experiment ``nni-opevo launch`` ran to its end: the last one it started (it starts one
-    again whose tuner missed NNI's deadline to connect)."""
-    started = re.findall(r"^experiment (\w+) \(", stdout, re.MULTILINE)
+    """The experiment ``nni-opevo launch`` ran to its end: the last one it started."""
+    started = launched_ids(stdout)
     return started[-1] if started else None
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from nni_experiment import free_port, launched_id
+from nni_experiment import free_port, launched_id, launched_ids
 
 from nni_opevo_tools import best as best_json
 from nni_opevo_tools.experiment_client import NNICTL
@@ -158,7 +157,7 @@ def test_launch_starts_again_an_experiment_whose_tuner_missed_nnis_deadline_to_c
     config_path.write_text(yaml.safe_dump({**config, "maxTrialNumber": 2}))
     out = subprocess.run([*CLI, "launch", "--config", str(config_path), "--port", str(free_port()), "--every", "1",
                           "--top-k", "1"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    started = re.findall(r"^experiment (\w+) \(", out.stdout, re.MULTILINE)
+    started = launched_ids(out.stdout)
     try:
         assert out.returncode == 0, out.stdout + out.stderr
         assert len(started) == 2 and (tmp_path / "imports").read_text() == "xxx"

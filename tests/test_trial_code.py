@@ -33,20 +33,15 @@ SMALL = [
     workloads.make("conv2d", name="conv_p0", batch=1, in_channels=3, height=9, width=10, out_channels=4,
                    kernel_h=3, kernel_w=2, stride=1, padding=0),
 ]
-CUDA_WORKLOADS = SMALL + [workloads.lookup(name) for name in ("MM1", "BMM2", "C1", "C2")]
-LONG_BUILDS = {"C_small", "conv_s2", "C2"}
-"""Workloads whose kernels take nvcc 9-13 s on 2 cores: the slow lanes build them, the edit-test loop does not."""
-
-
-def _builds(workloads_: list[workloads.Workload], seconds: float) -> list:
-    """Each workload as a test parameter, those of ``LONG_BUILDS`` marked slow."""
-    return [pytest.param(w, id=w.name, marks=[pytest.mark.slow(seconds=seconds)] if w.name in LONG_BUILDS else [])
-            for w in workloads_]
+LONG_BUILD = pytest.mark.slow(seconds=15)
+"""nvcc takes 9-13 s on 2 cores for C_small, conv_s2 and C2: the slow lanes build them, not the edit-test loop."""
+CUDA_WORKLOADS = [pytest.param(w, id=w.name, marks=LONG_BUILD if w.name in ("C_small", "conv_s2", "C2") else ())
+                  for w in SMALL + [workloads.lookup(name) for name in ("MM1", "BMM2", "C1", "C2")]]
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
 
 
 @needs_nvcc
-@pytest.mark.parametrize("workload", _builds(CUDA_WORKLOADS, seconds=15))
+@pytest.mark.parametrize("workload", CUDA_WORKLOADS)
 def test_cuda_kernel_generates_and_compiles_to_cubin(workload):
     params = feasible(workload, CUDA, seed=1)
     executable = kernel.build(kernel.scheduled(workload, params, CUDA), CUDA)
