@@ -1,4 +1,4 @@
-"""Read an NNI 3.0 experiment: live through its REST API, or from its own database file.
+"""Create an NNI 3.0 experiment and read it: live through its REST API, or from its own database file.
 
 Results are matched to configurations by the parameter id of each FINAL metric: NNI 3.0 may
 attach hyper-parameters to the wrong trial job in its listings and events (microsoft/nni#5726),
@@ -11,10 +11,11 @@ import json
 import os
 import re
 import sqlite3
+import subprocess
 import sys
 import urllib.request
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 NNICTL = [sys.executable, "-m", "nni.tools.nnictl.nnictl"]
@@ -22,10 +23,55 @@ ENDED = ("DONE", "ERROR", "STOPPED")
 NO_MORE = ("NO_MORE_TRIAL", "TUNER_NO_MORE_TRIAL")
 
 
+STARTS = 3
+"""How many times an experiment is started when NNI's start-up misses one of its own deadlines
+(a loaded machine) before anything ran."""
+
+
 def created_id(nnictl_create_output: str) -> str | None:
     """The experiment id ``nnictl create`` printed, or None when it failed."""
     found = re.search(r"nnictl stop (\w+)", nnictl_create_output)
     return found.group(1) if found else None
+
+
+def web_server_missed(nnictl_create_output: str) -> bool:
+    """Whether ``nnictl create`` gave up on NNI's web server before it answered: NNI 3.0's
+    launcher asks it four times a second apart, which node can miss on a loaded machine, and then
+    kills the manager before it registered or ran anything, so creating again repeats nothing.
+    The launcher logs the first line on starting the server and the second once it answered."""
+    return "Starting web server..." in nnictl_create_output and "Setting up..." not in nnictl_create_output
+
+
+class CreateFailed(RuntimeError):
+    """``nnictl create`` failed: the message is the one line saying why (the exception nnictl's
+    traceback ends with, else its last line); ``printed`` is everything it printed."""
+
+    def __init__(self, printed: str) -> None:
+        lines = [line.strip() for line in printed.splitlines() if line.strip()]
+        raised = [line for line in lines if re.match(r"[\w.]+(Error|Exception): ", line)]
+        super().__init__((raised or lines or ["it printed nothing"])[-1])
+        self.printed = printed
+
+
+def create(config: str, port: int, *, env: dict[str, str] | None = None, cwd: str | None = None,
+           say: Callable[[str], None] | None = None) -> str:
+    """``nnictl create`` the experiment ``config`` describes on ``port``; returns its id. Created
+    again, up to ``STARTS`` times in all, while NNI's web server misses nnictl's deadline
+    (``web_server_missed``), each time with a line to ``say``; raises ``CreateFailed`` otherwise."""
+    attempt = 1
+    while True:
+        out = subprocess.run([*NNICTL, "create", "--config", config, "--port", str(port)], env=env, cwd=cwd,
+                             capture_output=True, text=True)
+        printed = out.stdout + out.stderr
+        experiment_id = created_id(printed)
+        if experiment_id is not None:
+            return experiment_id
+        if attempt == STARTS or not web_server_missed(printed):
+            raise CreateFailed(printed)
+        attempt += 1
+        if say is not None:
+            say(f"NNI's web server did not answer nnictl within its 3 s (a loaded machine); creating the "
+                f"experiment again ({attempt} of {STARTS})")
 
 
 class Trial(NamedTuple):

@@ -18,9 +18,9 @@ starts the experiment with ``nnictl create``, prints the web UI's address (and t
 it on every network interface, without authentication), reports progress until the experiment
 ends, then re-measures the top configurations (``export``: more repeats, one at a time) and
 prints the winner, saying whether it was re-measured; ``best.json`` and the kernel's source go
-to ``<experiment folder>/export``. An experiment whose tuner missed NNI's 10-s deadline to
-connect (a loaded machine) is started again; one that ends in ERROR otherwise has its tuner's
-message printed from NNI's logs. The experiment stays up for the web UI until ``nnictl stop <id>``.
+to ``<experiment folder>/export``. An experiment whose web server or tuner missed one of NNI's
+start-up deadlines (a loaded machine) is started again; one that ends in ERROR otherwise has its
+tuner's message printed from NNI's logs. The experiment stays up for the web UI until ``nnictl stop <id>``.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ import importlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -44,7 +45,7 @@ from trial_code.templates import for_workload
 from trial_code.workloads import Workload
 
 from . import export, make_spaces
-from .experiment_client import NNICTL, ExperimentClient, created_id
+from .experiment_client import NNICTL, STARTS, CreateFailed, ExperimentClient, create
 
 
 def default_config(root: str | None) -> str:
@@ -138,8 +139,6 @@ def errors(folder: str) -> list[str]:
     return found
 
 
-STARTS = 3
-"""How many times an experiment is started whose tuner missed NNI's deadline to connect."""
 MISSED_CONNECT = "Tuner did not connect"
 """What NNI 3.0's manager reports when the tuner's process has not connected 10 s after it
 started it (a constant of NNI's code). On a loaded machine, importing NNI alone can take that
@@ -147,13 +146,12 @@ long; the experiment then ends in ERROR before its first trial, so starting it a
 and repeats nothing."""
 
 
-def start(config: str, port: int) -> str:
-    """``nnictl create``; returns the experiment id."""
-    out = subprocess.run([*NNICTL, "create", "--config", config, "--port", str(port)], capture_output=True, text=True)
-    experiment_id = created_id(out.stdout + out.stderr)
-    if experiment_id is None:
-        raise SystemExit(f"nnictl create failed:\n{out.stdout}{out.stderr}")
-    return experiment_id
+def refuse_a_busy_port(port: int) -> None:
+    """NNI's own test of the web UI's port (a connection to it), made before anything is built or
+    written: a port in use is then one line at once, not nnictl's traceback after the first trial."""
+    with socket.socket() as probe:
+        if probe.connect_ex(("localhost", port)) == 0:
+            raise SystemExit(f"--port {port}: in use on this machine (another experiment's web UI?); give a free one")
 
 
 def follow(client: ExperimentClient, every: float) -> dict:
@@ -172,12 +170,16 @@ def follow(client: ExperimentClient, every: float) -> dict:
 
 def run(config: str, port: int, every: float) -> tuple[str, dict]:
     """Start the experiment and follow it to its end: (its id, its final check-status). One
-    whose tuner missed NNI's deadline to connect (``MISSED_CONNECT``) is stopped and started
-    again, up to ``STARTS`` times in all, with a line saying so."""
+    whose web server missed nnictl's deadline is created again (``create``); one whose tuner
+    missed NNI's deadline to connect (``MISSED_CONNECT``) is stopped and started again, up to
+    ``STARTS`` times in all, with a line saying so."""
     shown = os.path.relpath(config) if config.startswith(os.getcwd() + os.sep) else config
     attempt = 1
     while True:
-        experiment_id = start(config, port)
+        try:
+            experiment_id = create(config, port, say=lambda line: print(line, flush=True))
+        except CreateFailed as failed:
+            raise SystemExit(f"nnictl create failed: {failed}") from None
         print(f"experiment {experiment_id} ({shown}): watch it at http://127.0.0.1:{port}")
         if attempt == 1:
             print(EXPOSED.format(port=port))
@@ -242,6 +244,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
+    refuse_a_busy_port(args.port)
     if args.workload is not None or args.operator is not None:  # an empty name is a mistake, not the default
         try:
             workload = workload_from(argparse.Namespace(workload=args.workload, operator=args.operator, family=None,

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from nni_opevo_tools.experiment_client import NNICTL, ExperimentClient, created_id
+from nni_opevo_tools.experiment_client import NNICTL, CreateFailed, ExperimentClient, create
 
 LOG_WAIT_S = 10.0
 """How long a log may take to show a line: a user looks for an error within seconds."""
@@ -61,9 +61,10 @@ class Experiment:
         return out.stdout + out.stderr
 
     def __enter__(self) -> Experiment:
-        out = self.nnictl("create", "--config", str(self.config_path), "--port", str(self.port))
-        self.id = created_id(out)
-        assert self.id, f"nnictl create failed:\n{out}"
+        try:
+            self.id = create(str(self.config_path), self.port, env=self.env, cwd=str(self.workdir))
+        except CreateFailed as failed:
+            raise AssertionError(f"nnictl create failed:\n{failed.printed}") from None
         return self
 
     def resume(self) -> None:

@@ -3,6 +3,7 @@ does nothing else, and a mistake answered in one line with a non-zero status and
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -64,6 +65,18 @@ def test_a_mistake_is_one_line_with_a_non_zero_status(args, message, tmp_path):
     failed = _run(args, tmp_path)
     assert failed.returncode != 0 and message in failed.stderr, failed.stderr
     assert len(failed.stderr.strip().splitlines()) == 1 and "Traceback" not in failed.stderr
+    assert not (tmp_path / "experiments").exists()
+
+
+def test_launch_on_a_port_in_use_is_one_line(tmp_path):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        failed = _run(["launch", "--workload", "MM_small", "--target", "cpu", "--port", str(port)], tmp_path)
+    assert failed.returncode != 0 and "Traceback" not in failed.stderr
+    assert failed.stderr.strip().endswith(f"--port {port}: in use on this machine (another experiment's web UI?); "
+                                          "give a free one"), failed.stderr
     assert not (tmp_path / "experiments").exists()
 
 
