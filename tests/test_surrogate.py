@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nni_opevo.opevo import surrogate
+from nni_opevo.opevo import gaussian_process
 from nni_opevo.opevo.atoms import encoder, powers_of_two
 from nni_opevo.opevo.feasibility import Feasibility
+from nni_opevo.opevo.gaussian_process import RELEVANCE_LIMIT, per_atom, weighted_distance
 from nni_opevo.opevo.screened import improvement_that_runs, uncertainty_that_runs
-from nni_opevo.opevo.surrogate import RELEVANCE_LIMIT, Surrogate, per_atom, weighted_distance
+from nni_opevo.opevo.surrogate import Surrogate
 from nni_opevo.space.parameters import DiscreteParameter
 
 
@@ -56,7 +57,7 @@ def test_wide_rows_keep_one_length_and_bounded_blocks(monkeypatch):
     atoms = np.where(ordinal, rng.random((30, width)), rng.integers(0, 3, (30, width)).astype(float))
     atoms[:5, :10] = np.nan  # inactive atoms
     weights = rng.random(width)
-    monkeypatch.setattr(surrogate, "CHUNK", 30 * 30 * 7)  # blocks of 7 atoms
+    monkeypatch.setattr(gaussian_process, "CHUNK", 30 * 30 * 7)  # blocks of 7 atoms
     assert np.allclose(weighted_distance(atoms, atoms, ordinal, weights), per_atom(atoms, atoms, ordinal) @ weights)
     model = Surrogate(128, ordinal)
     model.fit(atoms, rng.lognormal(0.0, 1.0, 30))

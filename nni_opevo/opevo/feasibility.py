@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import norm
 
-from .surrogate import Surrogate, one_blas_thread
+from .gaussian_process import GaussianProcess, one_blas_thread
 
 
-class Feasibility(Surrogate):
+class Feasibility(GaussianProcess):
     """Fit on (atom rows, fitness) and give each candidate its chance of running."""
 
     prior = 0.0
