@@ -26,6 +26,11 @@ NO_MORE = ("NO_MORE_TRIAL", "TUNER_NO_MORE_TRIAL")
 STARTS = 3
 """How many times an experiment is started when NNI's start-up misses one of its own deadlines
 (a loaded machine) before anything ran."""
+MISSED_CONNECT = "Tuner did not connect"
+"""What NNI 3.0's manager reports when the tuner's process has not connected 10 s after it
+started it (a constant of NNI's code). On a loaded machine, importing NNI alone can take that
+long; the experiment then ends in ERROR before its first trial, so starting it again loses
+and repeats nothing."""
 
 
 def created_id(nnictl_create_output: str) -> str | None:

@@ -45,7 +45,7 @@ from trial_code.templates import for_workload
 from trial_code.workloads import Workload
 
 from . import export, make_spaces
-from .experiment_client import NNICTL, STARTS, CreateFailed, ExperimentClient, create
+from .experiment_client import MISSED_CONNECT, NNICTL, STARTS, CreateFailed, ExperimentClient, create
 
 
 def default_config(root: str | None) -> str:
@@ -137,13 +137,6 @@ def errors(folder: str) -> list[str]:
             with open(path, errors="replace") as handle:
                 found += [line.strip() for line in handle if marker in line][-5:]
     return found
-
-
-MISSED_CONNECT = "Tuner did not connect"
-"""What NNI 3.0's manager reports when the tuner's process has not connected 10 s after it
-started it (a constant of NNI's code). On a loaded machine, importing NNI alone can take that
-long; the experiment then ends in ERROR before its first trial, so starting it again loses
-and repeats nothing."""
 
 
 def refuse_a_busy_port(port: int) -> None:

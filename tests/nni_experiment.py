@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from nni_opevo_tools.experiment_client import NNICTL, CreateFailed, ExperimentClient, create
+from nni_opevo_tools.experiment_client import MISSED_CONNECT, NNICTL, STARTS, CreateFailed, ExperimentClient, create
 
 LOG_WAIT_S = 10.0
 """How long a log may take to show a line: a user looks for an error within seconds."""
@@ -54,6 +54,7 @@ class Experiment:
         self.config_path = workdir / "config.yml"
         self.config_path.write_text(yaml.safe_dump(config))
         self.id: str | None = None
+        self.starts = 0
 
     def nnictl(self, *args: str, timeout: float = 120) -> str:
         out = subprocess.run([*NNICTL, *args], env=self.env, cwd=self.workdir, capture_output=True, text=True,
@@ -61,6 +62,7 @@ class Experiment:
         return out.stdout + out.stderr
 
     def __enter__(self) -> Experiment:
+        self.starts += 1
         try:
             self.id = create(str(self.config_path), self.port, env=self.env, cwd=str(self.workdir))
         except CreateFailed as failed:
@@ -93,7 +95,7 @@ class Experiment:
         deadline = time.time() + timeout
         while time.time() < deadline:
             status = self.client.status()
-            if self.client.ended(status):
+            if self.client.ended(status) and not self._started_again(status):
                 return status
             time.sleep(1)
         raise TimeoutError(f"experiment {self.id} still running after {timeout} s: {self.get('check-status')}")
@@ -103,11 +105,22 @@ class Experiment:
         ``until_ended``, until the experiment has ended."""
         deadline = time.time() + timeout
         while len(self.results()) < n:
+            self._started_again(self.client.status())
             if time.time() > deadline:
                 raise TimeoutError(f"only {len(self.results())} of {n} results after {timeout} s")
             time.sleep(0.5)
         if until_ended:
             self.wait(timeout)
+
+    def _started_again(self, status: dict[str, Any]) -> bool:
+        """Whether the experiment's tuner missed NNI's 10-s deadline to connect (a loaded
+        machine; nothing ran) and it was stopped and created again, as ``nni-opevo launch``
+        does, up to ``STARTS`` times."""
+        if status["status"] != "ERROR" or MISSED_CONNECT not in str(status.get("errors")) or self.starts >= STARTS:
+            return False
+        self.nnictl("stop", str(self.id))
+        self.__enter__()
+        return True
 
     def running_trials(self) -> int:
         return self.client.running_trials()
