@@ -165,10 +165,16 @@ def per_atom(a: np.ndarray, b: np.ndarray, ordinal: np.ndarray) -> np.ndarray:
     """The distance in each atom between each row of ``a`` and each row of ``b`` (len(a) x
     len(b) x atoms): |x - y| for an ordinal atom, 0 or 1 (equal or not) for a categorical one;
     an inactive atom (NaN) is 0 from another inactive one and 1 from any active one."""
-    diff = a[:, None, :] - b[None, :, :]
-    d = np.where(ordinal, np.abs(diff), (diff != 0).astype(float))
-    a_off, b_off = np.isnan(a)[:, None, :], np.isnan(b)[None, :, :]
-    return np.where(a_off | b_off, (a_off != b_off).astype(float), d)
+    d = a[:, None, :] - b[None, :, :]
+    categorical = ~np.asarray(ordinal, dtype=bool)
+    unequal = d[..., categorical] != 0
+    np.abs(d, out=d)
+    d[..., categorical] = unequal
+    a_off, b_off = np.isnan(a), np.isnan(b)
+    if a_off.any() or b_off.any():  # in place, on the rows and atoms concerned: a refit computes this often
+        off = a_off[:, None, :] | b_off[None, :, :]
+        d[off] = (a_off[:, None, :] != b_off[None, :, :])[off]
+    return d
 
 
 def weighted_distance(a: np.ndarray, b: np.ndarray, ordinal: np.ndarray, weights: np.ndarray) -> np.ndarray:
