@@ -39,12 +39,12 @@ def created_id(nnictl_create_output: str) -> str | None:
     return found.group(1) if found else None
 
 
-def web_server_missed(nnictl_create_output: str) -> bool:
-    """Whether ``nnictl create`` gave up on NNI's web server before it answered: NNI 3.0's
-    launcher asks it four times a second apart, which node can miss on a loaded machine, and then
-    kills the manager before it registered or ran anything, so creating again repeats nothing.
-    The launcher logs the first line on starting the server and the second once it answered."""
-    return "Starting web server..." in nnictl_create_output and "Setting up..." not in nnictl_create_output
+def web_server_missed(nnictl_output: str) -> bool:
+    """Whether ``nnictl create`` (or ``resume``) gave up on NNI's web server before it answered:
+    NNI 3.0's launcher asks it four times a second apart, which node can miss on a loaded machine,
+    and then kills the manager before it registered or ran anything, so starting again repeats
+    nothing. The launcher logs the first line on starting the server and the second once it answered."""
+    return "Starting web server..." in nnictl_output and "Setting up..." not in nnictl_output
 
 
 class CreateFailed(RuntimeError):

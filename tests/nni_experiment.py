@@ -15,7 +15,15 @@ from typing import Any
 
 import yaml
 
-from nni_opevo_tools.experiment_client import MISSED_CONNECT, NNICTL, STARTS, CreateFailed, ExperimentClient, create
+from nni_opevo_tools.experiment_client import (
+    MISSED_CONNECT,
+    NNICTL,
+    STARTS,
+    CreateFailed,
+    ExperimentClient,
+    create,
+    web_server_missed,
+)
 
 LOG_WAIT_S = 10.0
 """How long a log may take to show a line: a user looks for an error within seconds."""
@@ -71,8 +79,11 @@ class Experiment:
 
     def resume(self) -> None:
         """``nnictl resume`` the stopped experiment on the same port, once its server answers."""
-        out = self.nnictl("resume", str(self.id), "--port", str(self.port))
-        assert "Web portal URLs" in out, f"nnictl resume failed:\n{out}"
+        for attempt in range(1, STARTS + 1):  # as ``create`` does when the web server misses nnictl's deadline
+            out = self.nnictl("resume", str(self.id), "--port", str(self.port))
+            if "Web portal URLs" in out:
+                break
+            assert attempt < STARTS and web_server_missed(out), f"nnictl resume failed:\n{out}"
         deadline = time.time() + 60
         while True:
             try:
