@@ -469,12 +469,15 @@ def _now() -> str:
 
 
 def _hold(out: Path) -> Any:
-    """An exclusive lock on the folder for this call (``fcntl``: the OS drops it when a killed
-    call's process dies, so no stale lock outlives it); FolderInUse when another call holds it."""
+    """An exclusive lock on the folder for this call; FolderInUse when another call holds it. A
+    POSIX record lock (``lockf``), which belongs to this process alone, so the OS drops it the
+    moment a killed call's process dies: a ``flock`` is shared with every child forked while it
+    is held, so a build worker caught between its fork and its exec (its session already its
+    own, out of reach of the kill) can keep a killed call's folder locked."""
     handle = open(out / ".campaign.lock", "a")
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except (BlockingIOError, PermissionError):  # EAGAIN or EACCES, as the platform answers
         handle.close()
         raise FolderInUse(f"another campaign call is running in {out}: wait for it, or give another --out") from None
     return handle

@@ -137,7 +137,7 @@ def test_the_calls_hard_limit_ends_it_whatever_is_in_flight():
 @needs_nvcc
 def test_a_second_call_into_a_folder_in_use_is_refused(tmp_path):
     with open(tmp_path / ".campaign.lock", "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+        fcntl.lockf(held, fcntl.LOCK_EX)
         found = subprocess.run([sys.executable, "-m", "nni_opevo_bench.campaign", "--dry-run", "--out", str(tmp_path)],
                                capture_output=True, text=True, timeout=120)
     assert found.returncode == 1 and found.stderr.strip().splitlines() == [
