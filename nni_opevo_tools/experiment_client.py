@@ -58,25 +58,33 @@ class CreateFailed(RuntimeError):
         self.printed = printed
 
 
-def create(config: str, port: int, *, env: dict[str, str] | None = None, cwd: str | None = None,
-           say: Callable[[str], None] | None = None) -> str:
-    """``nnictl create`` the experiment ``config`` describes on ``port``; returns its id. Created
+def start(args: list[str], *, env: dict[str, str] | None = None, cwd: str | None = None,
+          say: Callable[[str], None] | None = None, timeout: float | None = None) -> str:
+    """``nnictl create ...`` or ``nnictl resume ...`` (``args``); everything it printed. Run
     again, up to ``STARTS`` times in all, while NNI's web server misses nnictl's deadline
-    (``web_server_missed``), each time with a line to ``say``; raises ``CreateFailed`` otherwise."""
+    (``web_server_missed``), each time with a line to ``say``."""
+    again = {"create": "creating", "resume": "resuming"}[args[0]]
     attempt = 1
     while True:
-        out = subprocess.run([*NNICTL, "create", "--config", config, "--port", str(port)], env=env, cwd=cwd,
-                             capture_output=True, text=True)
+        out = subprocess.run([*NNICTL, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
         printed = out.stdout + out.stderr
-        experiment_id = created_id(printed)
-        if experiment_id is not None:
-            return experiment_id
         if attempt == STARTS or not web_server_missed(printed):
-            raise CreateFailed(printed)
+            return printed
         attempt += 1
         if say is not None:
-            say(f"NNI's web server did not answer nnictl within its 3 s (a loaded machine); creating the "
+            say(f"NNI's web server did not answer nnictl within its 3 s (a loaded machine); {again} the "
                 f"experiment again ({attempt} of {STARTS})")
+
+
+def create(config: str, port: int, *, env: dict[str, str] | None = None, cwd: str | None = None,
+           say: Callable[[str], None] | None = None) -> str:
+    """``nnictl create`` the experiment ``config`` describes on ``port`` (``start``: again while
+    the web server misses nnictl's deadline); returns its id, or raises ``CreateFailed``."""
+    printed = start(["create", "--config", config, "--port", str(port)], env=env, cwd=cwd, say=say)
+    experiment_id = created_id(printed)
+    if experiment_id is None:
+        raise CreateFailed(printed)
+    return experiment_id
 
 
 class Trial(NamedTuple):

@@ -22,7 +22,7 @@ from nni_opevo_tools.experiment_client import (
     CreateFailed,
     ExperimentClient,
     create,
-    web_server_missed,
+    start,
 )
 
 LOG_WAIT_S = 10.0
@@ -79,11 +79,9 @@ class Experiment:
 
     def resume(self) -> None:
         """``nnictl resume`` the stopped experiment on the same port, once its server answers."""
-        for attempt in range(1, STARTS + 1):  # as ``create`` does when the web server misses nnictl's deadline
-            out = self.nnictl("resume", str(self.id), "--port", str(self.port))
-            if "Web portal URLs" in out:
-                break
-            assert attempt < STARTS and web_server_missed(out), f"nnictl resume failed:\n{out}"
+        out = start(["resume", str(self.id), "--port", str(self.port)], env=self.env, cwd=str(self.workdir),
+                    timeout=120)
+        assert "Web portal URLs" in out, f"nnictl resume failed:\n{out}"
         deadline = time.time() + 60
         while True:
             try:
