@@ -37,7 +37,7 @@ from trial_code.cli import add_number, bounded
 from trial_code.evaluate import Limits
 from trial_code.trial import MAX_SECONDS
 
-from . import kernel_tuner_strategies, metaschedule, network_end_to_end, network_report, report
+from . import kernel_tuner_strategies, metaschedule, network_end_to_end, network_report, optuna_peers, report
 from .objectives import SYNTHETIC, Cache, Live, Network, Objective, Recorded, Synthetic
 from .runner import Plan, run
 
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"catalog names, optionally with overrides (name:key=value,...): {', '.join(catalog.CATALOG)}; "
                              f"with --objective cache also Kernel Tuner's strategies as kt:NAME "
                              f"({', '.join(kernel_tuner_strategies.STRATEGIES)}; pip install '.[kerneltuner]'); "
+                             f"Optuna's samplers as optuna:{{{','.join(optuna_peers.SAMPLERS)}}} (pip install '.[optuna]'); "
                              f"with --objective live also TVM MetaSchedule as {metaschedule.NAME}[:num_trials_per_iter=N]")
     add_number(parser, "--seeds", int, 1, 1000, "seeds 0..N-1 per tuner and workload", default=3)
     add_number(parser, "--budget", int, 1, 1_000_000, "trials per run", default=64)
@@ -115,6 +116,13 @@ def main(argv: list[str] | None = None) -> None:
                 if args.objective != "cache":
                     raise SystemExit(f"{spec}: Kernel Tuner's strategies run on --objective cache only")
                 kernel_tuner_strategies.check(spec)
+            elif optuna_peers.is_peer(spec):
+                if args.objective == "network":
+                    raise SystemExit(f"{spec}: Optuna's samplers tune one space, not a network's layers")
+                try:
+                    optuna_peers.check(spec)
+                except (ValueError, ImportError) as e:
+                    raise SystemExit(str(e)) from None
             elif metaschedule.is_peer(spec):
                 if args.objective not in ("live", "network"):
                     raise SystemExit(f"{spec}: MetaSchedule tunes live kernels and networks only (--objective live or "

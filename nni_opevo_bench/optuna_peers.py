@@ -83,9 +83,14 @@ def parse(spec: str) -> tuple[str, dict[str, Any]]:
 
 
 def check(spec: str) -> None:
-    """ImportError or ValueError before anything runs."""
+    """ImportError or ValueError before anything runs (GPSampler imports PyTorch only when first asked)."""
     import_optuna()
     build(spec, 0)
+    if parse(spec)[0] == "gp":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise ImportError(f"{spec}: Optuna's GPSampler fits its model with PyTorch: pip install torch") from None
 
 
 def _sampler(name: str, seed: int | None, overrides: dict[str, Any]) -> Any:

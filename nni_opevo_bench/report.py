@@ -34,7 +34,7 @@ import numpy as np
 
 from nni_opevo import catalog
 
-from . import kernel_tuner_strategies, metaschedule, network_report
+from . import network_report
 from .figures import band, legend, panels, sample_std, save
 from .objectives import UNRECORDED
 from .table import read_rows
@@ -162,7 +162,7 @@ def sweeps(runs: Runs) -> dict[tuple[str, str], list[tuple[float, str]]]:
     (and the plain base spec, at its catalog value)."""
     found: dict[tuple[str, str], list[tuple[float, str]]] = defaultdict(list)
     specs = {t for tuners in runs.values() for t in tuners
-             if not kernel_tuner_strategies.is_strategy(t) and not metaschedule.is_peer(t)}
+             if t.partition(":")[0] in catalog.CATALOG}  # the catalog's tuners: peers have no classArgs to sweep
     for spec in specs:
         base, overrides = catalog.parse(spec)
         if len(overrides) == 1:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import csv
 import gzip
+import importlib.util
 import json
 
 import pytest
 from test_tuning_cache import write_cache
 
 from nni_opevo.testing.dispatch import drive
+from nni_opevo_bench import __main__ as bench
 from nni_opevo_bench import hub, kernel_tuner_strategies, optuna_peers, tuning_cache
 from nni_opevo_bench.objectives import Cache
 from nni_opevo_bench.table import read_rows
@@ -19,6 +21,8 @@ pytest.importorskip("kernel_tuner")
 pytest.importorskip("optuna")
 
 RESTRICTED = {"x": 2, "y": "b", "z": 3}
+NO_TORCH = importlib.util.find_spec("torch") is None
+"""Optuna's GPSampler needs PyTorch, which the test extras leave out: without it, it is refused in one line."""
 
 
 @pytest.fixture
@@ -189,10 +193,31 @@ def test_the_hub_command_runs_every_slice_resumes_and_regenerates_its_report(tin
 def test_the_hub_command_refuses_bad_input_in_one_line(tmp_path, capsys):
     for argv, message in ((["--tuners", "optuna:nope"], "unknown Optuna sampler"),
                           (["--hub", str(tmp_path / "none")], "no cache files"),
-                          (["--budget", "10", "--budgets", "20"], "past --budget")):
+                          (["--budget", "10", "--budgets", "20"], "past --budget"),
+                          *([(["--tuners", "optuna:gp"], "pip install torch")] if NO_TORCH else [])):
         with pytest.raises(SystemExit):
             hub.main(["--out", str(tmp_path / "o"), "--rows", str(tmp_path / "r"), *argv])
         assert message in capsys.readouterr().err
+
+
+def test_the_benchmark_command_runs_optuna_samplers_on_a_cache(tiny, tmp_path):
+    out = tmp_path / "out"
+    bench.main(["--objective", "cache", "--cache", tiny, "--tuners", "optuna:tpe", "optuna:cmaes", "opevo", "--seeds", "1",
+                "--budget", "6", "--budgets", "3", "6", "--out", str(out), "--no-progress"])
+    assert {r["tuner"] for r in read_rows(out / "trials.csv")} == {"optuna:tpe", "optuna:cmaes", "opevo"}
+    assert "optuna:tpe" in (out / "fractions.md").read_text()
+
+
+def test_the_benchmark_command_refuses_an_optuna_sampler_it_cannot_run_in_one_line(tiny, tmp_path):
+    refusals = [("optuna:nope", "cache", "unknown Optuna sampler 'nope'"),
+                ("optuna:tpe", "network", "tune one space, not a network's layers")]
+    if NO_TORCH:
+        refusals.append(("optuna:gp", "cache", "Optuna's GPSampler fits its model with PyTorch: pip install torch"))
+    for spec, objective, message in refusals:
+        with pytest.raises(SystemExit) as e:
+            bench.main(["--objective", objective, "--cache", tiny, "--tuners", spec, "--out", str(tmp_path / "o")])
+        assert message in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "o").exists()  # refused before anything ran or was written
 
 
 def test_a_change_is_paired_run_by_run_per_slice_and_space(tmp_path, capsys):
