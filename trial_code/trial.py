@@ -3,9 +3,9 @@
 ``python -m trial_code.trial --workload MM1 [--target auto|cpu|cuda]``, or ``--network alexnet``
 for the layer its parameters name (``networks``).
 
-Under NNI it takes the tuner's parameters with ``nni.get_next_parameter()`` and always reports
-``{'default': TFLOPS, 'latency_ms', 'status', 'build_s', 'error'}`` with
-``nni.report_final_result``, failures included (TFLOPS 0.0 and the status), because NNI 3.0
+Under NNI it takes the tuner's parameters as ``nni.get_next_parameter()`` does and always reports
+``{'default': TFLOPS, 'latency_ms', 'status', 'build_s', 'error'}`` as ``nni.report_final_result``
+does (``nni_channel``: without importing nni), failures included (TFLOPS 0.0 and the status), because NNI 3.0
 only relays results reliably (microsoft/nni#5726). Outside NNI, ``--params '{...}'`` evaluates
 one configuration and prints the same dict as JSON.
 """
@@ -19,7 +19,7 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-from . import networks, targets
+from . import networks, nni_channel, targets
 from .cli import add_number, add_workload_options, layer_from, workload_from
 from .evaluate import LOCK_WAITS, Limits, Result, evaluate
 from .status import Status
@@ -104,20 +104,16 @@ def main(argv: list[str] | None = None) -> None:
         message = f"trial_code.trial: {e}"
         print(message, file=sys.stderr)
         if os.environ.get("NNI_PLATFORM") and "--params" not in (argv if argv is not None else sys.argv):
-            import nni
-
-            nni.get_next_parameter()
-            nni.report_final_result(Result(Status.UNKNOWN_ERROR, error=message).report())
+            nni_channel.next_parameters()
+            nni_channel.report_final(Result(Status.UNKNOWN_ERROR, error=message).report())
         raise SystemExit(2) from None
     if args.params is not None:
         print(json.dumps(run(args, args.params).report()))
         return
-    import nni
-
-    params = nni.get_next_parameter()
+    params = nni_channel.next_parameters()
     result = run(args, params)
     print(f"{result.status.name}: {result.tflops:.4f} TFLOPS {result.error}", file=sys.stderr)
-    nni.report_final_result(result.report())
+    nni_channel.report_final(result.report())
 
 
 if __name__ == "__main__":
