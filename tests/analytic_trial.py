@@ -1,11 +1,11 @@
-"""A cheap NNI trial: the synthetic tiled-MatMul objective, reported like a kernel trial."""
+"""A cheap NNI trial: the synthetic tiled-MatMul objective, reported like a kernel trial (through
+the kernel trial's own channel to NNI, which spares each trial the 2.5 s of importing nni)."""
 import functools
 from collections.abc import Callable
 from typing import Any
 
-import nni
-
 from nni_opevo.testing.landscapes import tiled_matmul
+from trial_code import nni_channel
 
 SHAPE = dict(n=256, m=256, k=256, seed=0)
 
@@ -26,5 +26,5 @@ def objective(params: dict) -> float:
 
 
 if __name__ == "__main__":
-    params = nni.get_next_parameter()
-    nni.report_final_result({"default": objective(params), "status": "ok"})
+    params = nni_channel.next_parameters()
+    nni_channel.report_final({"default": objective(params), "status": "ok"})

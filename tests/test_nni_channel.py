@@ -56,7 +56,8 @@ class Keeper:
 
 
 @pytest.fixture
-def keeper(monkeypatch):
+def keeper(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # nni, imported under NNI_PLATFORM, logs to ./trial.log
     record = {"parameter_id": 7, "parameter_source": "algorithm", "parameters": PARAMETERS, "parameter_index": 0}
     server = Keeper(record)
     monkeypatch.setenv(nni_channel.ENV, server.url)
