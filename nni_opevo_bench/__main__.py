@@ -37,7 +37,7 @@ from trial_code.cli import add_number, bounded
 from trial_code.evaluate import Limits
 from trial_code.trial import MAX_SECONDS
 
-from . import kernel_tuner_strategies, metaschedule, network_end_to_end, network_report, optuna_peers, report
+from . import kernel_tuner_strategies, metaschedule, network_end_to_end, network_report, optuna_peers, report, tuner_specs
 from .objectives import SYNTHETIC, Cache, Live, Network, Objective, Recorded, Synthetic
 from .runner import Plan, run
 
@@ -112,32 +112,10 @@ def main(argv: list[str] | None = None) -> None:
         csv_path = packed
     if not args.report_only:
         for spec in args.tuners:  # an unknown tuner fails before anything runs
-            if kernel_tuner_strategies.is_strategy(spec):
-                if args.objective != "cache":
-                    raise SystemExit(f"{spec}: Kernel Tuner's strategies run on --objective cache only")
-                kernel_tuner_strategies.check(spec)
-            elif optuna_peers.is_peer(spec):
-                if args.objective == "network":
-                    raise SystemExit(f"{spec}: Optuna's samplers tune one space, not a network's layers")
-                try:
-                    optuna_peers.check(spec)
-                except (ValueError, ImportError) as e:
-                    raise SystemExit(str(e)) from None
-            elif metaschedule.is_peer(spec):
-                if args.objective not in ("live", "network"):
-                    raise SystemExit(f"{spec}: MetaSchedule tunes live kernels and networks only (--objective live or "
-                                     "network)")
-                try:
-                    metaschedule.options(spec)
-                except ValueError as e:
-                    raise SystemExit(str(e)) from None
-            elif args.objective == "network":
-                try:
-                    catalog.network_class_args(spec, {})
-                except ValueError as e:
-                    raise SystemExit(f"{spec}: {e}") from None
-            else:
-                catalog.class_args(spec)
+            try:
+                tuner_specs.check(spec, args.objective)
+            except ValueError as e:
+                raise SystemExit(f"--tuners: {e}") from None
         plan = Plan(objectives(args), args.tuners, list(range(args.seeds)), args.budget, args.concurrency)
         args.out.mkdir(parents=True, exist_ok=True)
         runs_file = args.out / "run.json"

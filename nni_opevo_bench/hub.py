@@ -46,7 +46,7 @@ from trial_code import targets
 from trial_code.cli import add_number, bounded
 from trial_code.files import user_cache
 
-from . import figures, kernel_tuner_strategies, optuna_peers
+from . import figures, kernel_tuner_strategies, tuner_specs
 from .machine import describe
 from .objectives import Cache
 from .report import fraction_at, group, paired
@@ -323,13 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.report_only:
         for spec in args.tuners:  # an unknown tuner fails before anything runs or is read
             try:
-                if kernel_tuner_strategies.is_strategy(spec):
-                    kernel_tuner_strategies.check(spec)
-                elif optuna_peers.is_peer(spec):
-                    optuna_peers.check(spec)
-                else:
-                    catalog.class_args(spec)
-            except (ValueError, ImportError) as e:
+                tuner_specs.check(spec, "cache")
+            except ValueError as e:
                 parser.error(f"--tuners: {e}")
         paths = sorted(args.hub.glob("*/*.json.gz")) + list(args.held_out)
         if not paths:

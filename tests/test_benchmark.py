@@ -120,7 +120,7 @@ def test_live_cpu_kernels_run_in_parallel_and_report_real_times(tmp_path):
 
 
 def test_unknown_tuner_fails_before_running(tmp_path):
-    with pytest.raises(ValueError, match="unknown tuner 'opevoo'"):
+    with pytest.raises(SystemExit, match="--tuners: opevoo: unknown tuner 'opevoo'"):
         main(["--tuners", "opevoo", "--out", str(tmp_path / "x"), "--no-progress"])
 
 

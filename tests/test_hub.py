@@ -7,6 +7,7 @@ import csv
 import gzip
 import importlib.util
 import json
+import sys
 
 import pytest
 from test_tuning_cache import write_cache
@@ -218,6 +219,36 @@ def test_the_benchmark_command_refuses_an_optuna_sampler_it_cannot_run_in_one_li
             bench.main(["--objective", objective, "--cache", tiny, "--tuners", spec, "--out", str(tmp_path / "o")])
         assert message in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "o").exists()  # refused before anything ran or was written
+
+
+def test_a_peer_whose_package_is_missing_is_refused_in_one_line_by_both_commands(tiny, tmp_path, monkeypatch, capsys):
+    """Without the ``kerneltuner`` or ``optuna`` extra, ``benchmark`` and ``hub`` name the spec and
+    the pip command in one line, before anything is run or written."""
+    for module, spec, extra in (("kernel_tuner", "kt:pso", "[kerneltuner]"), ("optuna", "optuna:tpe", "[optuna]")):
+        monkeypatch.setitem(sys.modules, module, None)  # ``import`` of it raises ImportError
+        with pytest.raises(SystemExit) as e:
+            bench.main(["--objective", "cache", "--cache", tiny, "--tuners", spec, "--out", str(tmp_path / "o")])
+        assert str(e.value).startswith(f"--tuners: {spec}: ") and extra in str(e.value)
+        assert "\n" not in str(e.value)
+        with pytest.raises(SystemExit):
+            hub.main(["--out", str(tmp_path / "o"), "--rows", str(tmp_path / "r"), "--tuners", spec])
+        err = capsys.readouterr().err
+        assert f"--tuners: {spec}: " in err and extra in err and "Traceback" not in err
+        monkeypatch.delitem(sys.modules, module)
+    assert not (tmp_path / "o").exists()
+
+
+def test_each_command_refuses_a_peer_on_an_objective_it_cannot_tune(tiny, tmp_path, capsys):
+    for spec, objective, rule in (("kt:pso", "synthetic", "run on --objective cache only"),
+                                  ("metaschedule", "cache", "tunes live kernels and networks only"),
+                                  ("opevoo", "cache", "unknown tuner 'opevoo'")):
+        with pytest.raises(SystemExit) as e:
+            bench.main(["--objective", objective, "--cache", tiny, "--tuners", spec, "--out", str(tmp_path / "o")])
+        assert str(e.value).startswith(f"--tuners: {spec}: ") and rule in str(e.value), e.value
+    with pytest.raises(SystemExit):  # the hub's spaces are caches: MetaSchedule has none to tune
+        hub.main(["--out", str(tmp_path / "o"), "--rows", str(tmp_path / "r"), "--tuners", "metaschedule"])
+    assert "--tuners: metaschedule: MetaSchedule tunes live kernels" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_change_is_paired_run_by_run_per_slice_and_space(tmp_path, capsys):
