@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trial_code import anchor, constraint, targets
+from trial_code import anchor, constraint, forked, targets
 from trial_code.cli import add_number
 from trial_code.evaluate import Limits, Result, evaluate
 from trial_code.templates import Infeasible, for_workload
@@ -537,7 +537,8 @@ def main(argv: list[str] | None = None) -> None:
         held = _hold(args.out)
         campaign = Campaign(args.out, args.dry_run, deadline, args.concurrency)
         command = " ".join(["nni-opevo campaign", *(argv if argv is not None else sys.argv[1:])])
-        campaign.run(tuple(stage for stage in STAGES if stage in args.stages), command)
+        with forked.workers():
+            campaign.run(tuple(stage for stage in STAGES if stage in args.stages), command)
         held.close()
     except OSError as e:  # a file where the folder should be, no permission, a full disk: one line
         raise SystemExit(f"campaign: cannot write {e.filename or args.out}: {e.strerror or e}; every row written "

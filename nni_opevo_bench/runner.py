@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from nni_opevo import catalog
 from nni_opevo.testing.dispatch import Trial, drive
-from trial_code import networks
+from trial_code import forked, networks
 
 from . import kernel_tuner_strategies, metaschedule, network_end_to_end, optuna_peers
 from .objectives import Cache, Live, Network, Objective, config_key
@@ -88,7 +88,7 @@ def run(plan: Plan, csv_path: Path, progress: bool = True) -> bool:
             if (o.workload, t, s) not in plan.published]
     bar = Progress(sys.stderr if progress else open("/dev/null", "w"), len(runs))
     try:
-        with open(csv_path, "a", newline="") as handle:
+        with open(csv_path, "a", newline="") as handle, forked.workers():
             writer = csv.DictWriter(handle, COLUMNS)
             if fresh:
                 writer.writeheader()

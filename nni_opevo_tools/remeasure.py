@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from trial_code import forked
 from trial_code.evaluate import Limits, Result, evaluate
 from trial_code.status import Status
 from trial_code.targets import Target
@@ -21,15 +22,16 @@ def remeasure(trials: list[Trial], workload: Workload, target: Target, limits: L
     extension = "cu" if target.kind == "cuda" else "ll"
     os.makedirs(kernels, exist_ok=True)
     out = []
-    for rank, trial in enumerate(trials, 1):
-        source = os.path.join(kernels, f"p{trial.parameter_id}.{extension}")
-        result = evaluate(workload, trial.parameters, target, limits, build_only=not measured, source_path=source,
-                          library_path=library_of(source))
-        spread = (f", {min(result.repeats_ms):.4f}-{max(result.repeats_ms):.4f} ms over {len(result.repeats_ms)}"
-                  if result.repeats_ms else "")
-        print(f"  {rank}/{len(trials)} parameter {trial.parameter_id}: reported {trial.value:.4f} TFLOPS, "
-              f"now {result.status.name} {result.tflops:.4f} TFLOPS{spread}", flush=True)
-        out.append((trial, result, source))
+    with forked.workers():
+        for rank, trial in enumerate(trials, 1):
+            source = os.path.join(kernels, f"p{trial.parameter_id}.{extension}")
+            result = evaluate(workload, trial.parameters, target, limits, build_only=not measured, source_path=source,
+                              library_path=library_of(source))
+            spread = (f", {min(result.repeats_ms):.4f}-{max(result.repeats_ms):.4f} ms over {len(result.repeats_ms)}"
+                      if result.repeats_ms else "")
+            print(f"  {rank}/{len(trials)} parameter {trial.parameter_id}: reported {trial.value:.4f} TFLOPS, "
+                  f"now {result.status.name} {result.tflops:.4f} TFLOPS{spread}", flush=True)
+            out.append((trial, result, source))
     return out
 
 

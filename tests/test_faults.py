@@ -101,11 +101,13 @@ def trial(env: dict, *flags: str) -> subprocess.Popen:
 
 
 def workers(lock_dir: str) -> list[psutil.Process]:
-    """This test's worker processes (by the lock folder in their environment)."""
+    """This test's worker processes (by the lock folder in their environment): started as
+    programs, or forked (``trial_code.forked``: the servers, their waiters and the workers)."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
         try:
-            if "trial_code.worker" in " ".join(process.info["cmdline"] or []) and \
+            command = " ".join(process.info["cmdline"] or [])
+            if ("trial_code.worker" in command or "trial_code.forked" in command) and \
                     process.environ().get("NNI_OPEVO_LOCK_DIR") == lock_dir:
                 found.append(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -138,6 +140,24 @@ def gone(lock_dir: str, timeout: float = 10) -> bool:
     return True
 
 
+FORKED = """
+import json, sys
+from trial_code import forked, targets, workloads
+from trial_code.evaluate import Limits, evaluate
+params, times, run_timeout = json.loads(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+with forked.workers():
+    for _ in range(times):
+        result = evaluate(workloads.lookup("MM_small"), params, targets.resolve("cpu"), Limits(run_timeout=run_timeout))
+        print(json.dumps({"status": result.status.name, "error": result.error, "tflops": result.tflops}), flush=True)
+"""
+
+
+def forked_evaluations(env: dict, times: int, run_timeout: float = 60) -> subprocess.Popen:
+    """A parent that evaluates MM_small ``times`` times with forked workers, a line of JSON each."""
+    return subprocess.Popen([sys.executable, "-c", FORKED, json.dumps(PARAMS), str(times), str(run_timeout)],
+                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["kill-9", "term", "int"])
 def test_the_worker_dies_with_its_trial_and_frees_the_device(tmp_path, env, how):
     """NNI stops a trial with SIGINT then SIGKILL; a user may kill -9 it. However it ends, its
@@ -153,13 +173,16 @@ def test_the_worker_dies_with_its_trial_and_frees_the_device(tmp_path, env, how)
         pass
 
 
+@pytest.mark.parametrize("parent", ["trial", pytest.param("forked", marks=pytest.mark.slow(seconds=5))])
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "term"])
-def test_a_worker_inside_native_code_dies_with_its_trial(tmp_path, env, how):
+def test_a_worker_inside_native_code_dies_with_its_trial(tmp_path, env, how, parent):
     """The worker timing a kernel in TVM's C++ time evaluator, where no Python signal handler
     runs: killing the trial still ends it at once (its watcher kills its session), and the
-    device lock is free for the next trial."""
+    device lock is free for the next trial. The same for a parent of forked workers, whose
+    server also ends when the parent's end of its socket closes."""
     lock_dir = env["NNI_OPEVO_LOCK_DIR"]
-    process = trial(inject(tmp_path, env, NATIVE_HANG), "--run-timeout", "600")
+    injected = inject(tmp_path, env, NATIVE_HANG)
+    process = trial(injected, "--run-timeout", "600") if parent == "trial" else forked_evaluations(injected, 1, 600)
     wait_until_measuring(env)
     time.sleep(1)  # well inside the evaluator's loop
     process.send_signal(how)
@@ -181,6 +204,45 @@ def test_the_device_wait_follows_the_run_timeout(tmp_path, env):
     report = json.loads(out)
     assert report["status"] == "DEVICE_BUSY" and "for 4 s" in report["error"], report
     assert time.time() - started < 60
+
+
+@pytest.mark.parametrize("fault", ["none", "segfault", "hang"])
+@pytest.mark.slow(seconds=15)
+def test_a_forked_worker_reports_as_a_worker_program_does(tmp_path, env, fault):
+    """A worker forked from a server that has TVM loaded gives the statuses a worker started as a
+    program gives: kernels measured, a segfault as the signal that ended it, a hang killed at the
+    run timeout with its session; and the server ends with its parent's ``workers()`` block."""
+    code = {"none": "", "segfault": SEGFAULT, "hang": HANG}[fault]
+    out, err = forked_evaluations(inject(tmp_path, env, code) if code else env, 2, run_timeout=3).communicate(
+        timeout=300)
+    reports = [json.loads(line) for line in out.splitlines()]
+    assert len(reports) == 2, err
+    for report in reports:
+        if fault == "none":
+            assert report["status"] == "NO_ERROR" and report["tflops"] > 0, report
+        elif fault == "segfault":
+            assert report["status"] == "RUNTIME_DEVICE" and "worker died (signal 11)" in report["error"], report
+        else:
+            assert report["status"] == "RUN_TIMEOUT" and "3 s limit" in report["error"], report
+    assert gone(env["NNI_OPEVO_LOCK_DIR"])
+
+
+@pytest.mark.slow(seconds=8)
+def test_a_dead_worker_server_is_replaced(env):
+    """A server killed between two evaluations: the next one starts another and measures."""
+    from trial_code import forked, targets
+    from trial_code.evaluate import evaluate
+
+    small, cpu = workloads.lookup("MM_small"), targets.resolve("cpu")
+    with forked.workers():
+        assert evaluate(small, PARAMS, cpu).status.name == "NO_ERROR"
+        first = forked._servers[True].process
+        first.kill()
+        first.wait()
+        result = evaluate(small, PARAMS, cpu)
+        assert result.status.name == "NO_ERROR", result.error
+        assert forked._servers[True].process.pid != first.pid
+    assert gone(env["NNI_OPEVO_LOCK_DIR"])
 
 
 def test_a_killed_worker_is_a_reported_failure(tmp_path, env):

@@ -1,7 +1,8 @@
 """Evaluate one configuration end to end, never hanging and never raising: the trial's parent side.
 
 Static feasibility is checked here, in milliseconds and without TVM. Everything else runs in a
-``worker`` child process in its own session, so a build that exceeds ``build_timeout`` or a
+``worker`` child process in its own session (a program of its own, or within ``forked.workers()``
+forked from a process that has TVM loaded), so a build that exceeds ``build_timeout`` or a
 kernel that exceeds ``run_timeout`` (counted from when the device lock is held, so waiting for
 other trials' measurements never counts) is killed with its compilers, and a crash is turned
 into a status from the phase it happened in. Waiting for the device lock is bounded too
@@ -21,9 +22,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from . import forked
 from .status import Status
 from .targets import Target
 from .templates import Infeasible, for_workload
+from .worker import WATCH_ENV
 from .workloads import Workload
 
 
@@ -163,11 +166,12 @@ def _run_worker(job: dict[str, Any], limits: Limits, stderr: Any) -> tuple[list[
     # The worker's watcher reads this pipe; only this process writes it, so it closes when this
     # process ends, however that happens, and the watcher then kills the worker's session.
     watch_read, watch_write = os.pipe()
-    env[WATCH_ENV] = str(watch_read)
     try:
-        process = subprocess.Popen([sys.executable, "-m", "trial_code.worker"], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=True,
-                                   pass_fds=(watch_read,))
+        process: subprocess.Popen | forked.Forked | None = forked.start(job, stderr.fileno(), watch_read, env)
+        if process is None:  # outside ``forked.workers()``: the worker is a program of its own
+            process = subprocess.Popen([sys.executable, "-m", "trial_code.worker"], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=stderr, env={**env, WATCH_ENV: str(watch_read)},
+                                       start_new_session=True, pass_fds=(watch_read,))
     finally:
         os.close(watch_read)
     try:
@@ -176,14 +180,15 @@ def _run_worker(job: dict[str, Any], limits: Limits, stderr: Any) -> tuple[list[
         os.close(watch_write)  # the worker has ended: its watcher now sweeps what it left
 
 
-def _follow_worker(process: subprocess.Popen, job: dict[str, Any], limits: Limits
+def _follow_worker(process: subprocess.Popen | forked.Forked, job: dict[str, Any], limits: Limits
                    ) -> tuple[list[dict[str, Any]], int, bool]:
-    assert process.stdin is not None and process.stdout is not None
+    assert process.stdout is not None
     events: list[dict[str, Any]] = []
     timed_out = False
     try:
-        process.stdin.write(json.dumps(job).encode())
-        process.stdin.close()
+        if process.stdin is not None:  # a forked worker has its job already
+            process.stdin.write(json.dumps(job).encode())
+            process.stdin.close()
         fd = process.stdout.fileno()
         deadline: float | None = time.monotonic() + limits.build_timeout
         pending = b""
@@ -223,13 +228,11 @@ def _follow_worker(process: subprocess.Popen, job: dict[str, Any], limits: Limit
 PACKAGES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """The folder that holds ``trial_code`` (a checkout or site-packages): the worker imports the same
 trial code as this process, wherever that process was started."""
-WATCH_ENV = "NNI_OPEVO_WATCH_FD"
-"""The environment variable that gives the worker the descriptor of the pipe its watcher reads."""
 LOCK_MARGIN_S = 30.0
 """Past the worker's lock timeout, how long the parent waits for it to report DEVICE_BUSY itself."""
 
 
-def _kill(process: subprocess.Popen, grace: float) -> None:
+def _kill(process: subprocess.Popen | forked.Forked, grace: float) -> None:
     """Kill the worker's whole session (it may have nvcc or a linker running), after ``grace`` s."""
     if grace:
         try:

@@ -23,9 +23,11 @@ import time
 import traceback
 from typing import Any
 
-EVENTS = os.fdopen(os.dup(1), "w", buffering=1)
-os.dup2(2, 1)  # stray prints from TVM, nvcc or LLVM go to stderr
-
+WATCH_ENV = "NNI_OPEVO_WATCH_FD"
+"""The environment variable that gives a worker started as a program the descriptor of the pipe
+its watcher reads."""
+EVENTS: Any = None
+"""The events' stream: the process's original stdout (``serve``)."""
 DEVICE_COMPILE_MARKERS = ("nvrtc", "nvcc", "ptxas", "cuda_error", "cuModuleLoad", "CUDA_ERROR")
 
 
@@ -175,16 +177,23 @@ def watch_parent(fd: int | None) -> None:
     os.close(fd)
 
 
-def main() -> None:
-    from .evaluate import WATCH_ENV
-
-    watched = os.environ.pop(WATCH_ENV, None)
-    watch_parent(int(watched) if watched else None)
-    job = json.loads(sys.stdin.read())
+def serve(job: dict[str, Any] | None, watched: int | None) -> None:
+    """The worker's body, whether started as a program (``main``) or forked (``forked``): the events
+    to this process's stdout, the watcher on ``watched`` started first, then ``job`` run (None:
+    read from stdin, once the watcher guards the wait for it)."""
+    global EVENTS
+    EVENTS = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # stray prints from TVM, nvcc or LLVM go to stderr
+    watch_parent(watched)
     try:
-        run(job)
+        run(json.loads(sys.stdin.read()) if job is None else job)
     except Exception as exc:
         fail("UNKNOWN_ERROR", exc)
+
+
+def main() -> None:
+    watched = os.environ.pop(WATCH_ENV, None)
+    serve(None, int(watched) if watched else None)
 
 
 if __name__ == "__main__":
