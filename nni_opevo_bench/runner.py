@@ -20,7 +20,7 @@ import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -48,6 +48,10 @@ class Plan:
     the same command later resumes where this one stopped."""
     published: frozenset[tuple[str, str, int]] = frozenset()
     """Runs (workload, tuner, seed) whose results a report already holds: not run again."""
+    prior: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Measurements of a workload made outside the plan's runs (``import_data``'s ``{"parameter",
+    "value"}`` entries), which each run of that workload is told before its own rows: its tuner
+    starts from them; they are neither written nor counted against the budget."""
 
     def past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -150,7 +154,8 @@ def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: lis
         tuner = optuna_peers.build(tuner_spec, seed, extra=objective.constraint)
     else:
         tuner = catalog.build(tuner_spec, seed, extra=objective.constraint)
-    history = [{"parameter": json.loads(r["configuration"]), "value": objective.recorded(r)} for r in rows]
+    history = [*plan.prior.get(objective.workload, []),
+               *({"parameter": json.loads(r["configuration"]), "value": objective.recorded(r)} for r in rows)]
     offset = max((float(r["finished_s"]) for r in rows), default=0.0)
     first_id = max((int(r["parameter_id"]) for r in rows), default=-1) + 1
 

@@ -104,6 +104,24 @@ def test_kernel_tuner_strategies_and_our_tuners_on_the_same_cache(tmp_path):
     assert all(0 < b <= 1 for b in best)
 
 
+def test_a_plans_prior_measurements_are_told_to_the_tuner_and_never_written(tmp_path):
+    """A run told five of the seven configurations the restriction keeps (``Plan.prior``) measures
+    the other two only, then finds the space exhausted: what was measured before is not repeated,
+    and its rows are the run's own trials alone."""
+    from nni_opevo_bench.runner import Plan, run
+
+    objective = Cache(str(write_cache(tmp_path / "tiny.json.gz")))
+    configs = [dict(zip(objective.cache.space, key)) for key in sorted(objective.cache.entries)]
+    told = [{"parameter": c, "value": 1.0} for c in configs[:5]]
+    out = tmp_path / "trials.csv"
+    assert run(Plan([objective], ["opevo"], [0], 7, 1, prior={objective.workload: told}), out, progress=False)
+    with open(out, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    measured = [json.loads(r["configuration"]) for r in rows]
+    assert len(rows) == 2 and not any(m in [t["parameter"] for t in told] for m in measured)
+    assert sorted(map(json.dumps, measured)) == sorted(json.dumps(c) for c in configs[5:])
+
+
 def test_a_kernel_tuner_strategy_needs_a_cache_and_a_known_name(tmp_path):
     with pytest.raises(SystemExit, match="run on --objective cache only"):
         main(["--objective", "synthetic", "--tuners", "kt:random_sample", "--out", str(tmp_path), "--no-progress"])
