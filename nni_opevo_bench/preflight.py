@@ -7,6 +7,9 @@ loads ``libcudart``. ``... preflight smoke`` runs once TVM is unpacked: TVM sees
 runtime fails silently otherwise), one small random MatMul is built, run and checked through the
 trial code, and one PyTorch MatMul is checked. Each problem is one line; any problem exits 3, so
 ``scripts/gpu-call.sh`` stops the call before the campaign spends its minutes on failing trials.
+Then the same MatMul runs in a worker forked from a server that has TVM loaded, as the campaign
+runs its trials (``trial_code.forked``): where that alone fails, the smoke exits 4 and the call
+script runs the campaign with every worker a program of its own (``NNI_OPEVO_FORK=0``).
 """
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ from types import ModuleType
 PYTHON = (3, 12)
 """The Python the bundle's binary wheels are built for (scripts/gpu-bundle.sh)."""
 EXIT = 3
+FORK_EXIT = 4
+"""The smoke's exit where everything passed but a forked worker's kernel (``forked_smoke``)."""
 
 
 @dataclass
@@ -116,6 +121,22 @@ def smoke() -> list[str]:
     return problems
 
 
+def forked_smoke() -> list[str]:
+    """The smoke's MatMul again, in a worker forked from a server that has TVM loaded."""
+    from trial_code import constraint, forked, targets
+    from trial_code.evaluate import Limits, evaluate
+    from trial_code.workloads import lookup
+
+    target, workload = targets.cuda(), lookup("MM_small")
+    params, _ = constraint.draw(workload, target, 0)
+    with forked.workers():
+        result = evaluate(workload, params, target, Limits(build_timeout=120.0, run_timeout=30.0))
+    if result.status.name == "NO_ERROR":
+        return []
+    return [f"the MM_small kernel in a forked worker ended {result.status.name}: {result.error[-200:]}; the "
+            f"campaign starts its workers as programs ({forked.SWITCH}=0)"]
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv not in (["image"], ["smoke"]):
@@ -126,6 +147,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"preflight: {problem}", file=sys.stderr, flush=True)
     if problems:
         raise SystemExit(EXIT)
+    for problem in forked_smoke() if argv == ["smoke"] else []:
+        print(f"preflight: {problem}", file=sys.stderr, flush=True)
+        raise SystemExit(FORK_EXIT)
     print(f"preflight: {argv[0]} passed", flush=True)
 
 

@@ -227,6 +227,16 @@ def test_a_forked_worker_reports_as_a_worker_program_does(tmp_path, env, fault):
     assert gone(env["NNI_OPEVO_LOCK_DIR"])
 
 
+def test_under_the_switch_workers_stay_programs(monkeypatch):
+    """``NNI_OPEVO_FORK=0``: ``workers()`` starts no server, and each worker is a program."""
+    from trial_code import forked
+
+    monkeypatch.setenv(forked.SWITCH, "0")
+    with forked.workers():
+        assert forked._servers is None
+        assert forked.start({"target": {"kind": "llvm"}}, 2, 0, {}) is None
+
+
 @pytest.mark.slow(seconds=8)
 def test_a_dead_worker_server_is_replaced(env):
     """A server killed between two evaluations: the next one starts another and measures."""

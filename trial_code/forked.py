@@ -46,6 +46,11 @@ REPLY_TIMEOUT_S = 120.0
 answer, which waits for its import of TVM. Past it, the server is taken for broken and the
 evaluation starts its worker as a program."""
 
+SWITCH = "NNI_OPEVO_FORK"
+"""``NNI_OPEVO_FORK=0``: every worker a program of its own, ``workers()`` included (where forking
+fails on a machine and starting programs does not: the GPU call script sets it when the
+preflight's forked kernel fails)."""
+
 _servers: dict[bool, _Server] | None = None
 _lock = threading.Lock()
 
@@ -53,8 +58,11 @@ _lock = threading.Lock()
 @contextlib.contextmanager
 def workers() -> Iterator[None]:
     """Within this block, ``evaluate`` forks its workers from servers that have TVM loaded; the
-    servers end with it."""
+    servers end with it. Nothing changes under ``NNI_OPEVO_FORK=0``."""
     global _servers
+    if os.environ.get(SWITCH) == "0":
+        yield
+        return
     with _lock:
         outer, _servers = _servers, {} if _servers is None else _servers
     try:
