@@ -27,10 +27,15 @@ order of the project's goals:
 6. ``ceiling``: the template's reach on the plain MatMuls, apart from any search: a grid of the
    classic fp32 GEMM tiles (blocks of 64-128 by 64-128, 8 by 8 or 8 by 4 outputs a thread, K in
    chunks of 8, split-K 1-4, two or three stages), each measured once.
-7. ``operators``: OpEvo at 128 trials on each operator of ``examples/operators.py`` (a user's
+7. ``pursuit``: the goal runs carried on where their goal is not met, 128 trials at a time up to
+   512, every unmet run at one length before any goes further, in ``goals.csv``; whether a goal is
+   met is judged again after each step. A run starts from its own trials and from what the knobs
+   and ceiling stages measured of its workload on the device (its tuner is told them, they are not
+   its rows); its own trials of an older space (``double_buffer``) are off the space and skipped.
+8. ``operators``: OpEvo at 128 trials on each operator of ``examples/operators.py`` (a user's
    computation, its template derived: ``trial_code.templates.derived``) at its default shape;
    the call runs in the repository's root, where ``examples`` imports.
-8. ``comparison``: OpEvo, G-BFS, N-A2C, AutoTVM, NoSE and TPE at 128 trials, one workload per
+9. ``comparison``: OpEvo, G-BFS, N-A2C, AutoTVM, NoSE and TPE at 128 trials, one workload per
    step (each within one loan), then two more seeds of each; builds in parallel, measurements one
    at a time.
 
@@ -52,7 +57,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Collection
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +74,7 @@ from trial_code.workloads import NAMED, lookup, named_or_operator
 from . import campaign_calls
 from .campaign_calls import RESERVE_S
 from .campaign_report import GOALS as GOAL_RATIOS
-from .campaign_report import STAGE_ORDER, read_jsonl, write_atomic, write_readme
+from .campaign_report import STAGE_ORDER, goal_met, read_jsonl, write_atomic, write_readme
 from .objectives import Live
 from .operators import EXAMPLES
 from .runner import Plan
@@ -123,6 +129,8 @@ class Scale:
     ceiling: tuple[str, ...]
     ceiling_tiles: int | None
     """Classic tiles measured per workload (None: all of them)."""
+    pursuit: tuple[int, int]
+    """The goal runs carried on where unmet: trials added at a time, and the most a run may reach."""
     operators: tuple[Step, ...]
     steps: tuple[Step, ...]
 
@@ -134,13 +142,13 @@ REAL = Scale(anchors=PAPER, goals=tuple(Step((name,), 1, 128, ("opevo",)) for na
              knobs=tuple(name for name in GOALS if lookup(name).family in ("matmul", "batch_matmul")),
              knob_tiles=2, knob_combinations=None,
              ceiling=tuple(name for name in GOALS if lookup(name).family == "matmul"), ceiling_tiles=None,
-             operators=tuple(Step((spec,), 1, 128, ("opevo",)) for spec in EXAMPLES),
+             pursuit=(128, 512), operators=tuple(Step((spec,), 1, 128, ("opevo",)) for spec in EXAMPLES),
              steps=(*(Step((name,), 1, 128) for name in GOALS), *(Step((name,), 3, 128) for name in GOALS)))
 DRY = Scale(anchors=("MM1", "C1"), goals=(Step(("MM1",), 1, 2, ("opevo",)), Step(("C1",), 1, 1, ("opevo",))),
             correctness=("MM_small", "BMM_small", "C_small", "MM1", "BMM2", "BMM3", "C1", "examples.operators:layer_norm"),
             admitted=1, probes=1,
             throughput=4, knobs=("MM1",), knob_tiles=1, knob_combinations=2, ceiling=("MM1",), ceiling_tiles=1,
-            operators=tuple(Step((spec,), 1, 1, ("opevo",)) for spec in EXAMPLES
+            pursuit=(1, 3), operators=tuple(Step((spec,), 1, 1, ("opevo",)) for spec in EXAMPLES
                                                 if spec.endswith((":matmul_bias_gelu", ":layer_norm"))),
             steps=(Step(("MM1",), 1, 2), Step(("BMM1",), 1, 1), Step(("MM1",), 2, 2)))
 STAGE_MINUTES = {"anchors": 0.2, "correctness": 4.2, "throughput": 0.9, "knobs": 2.8, "ceiling": 1.9,
@@ -156,13 +164,16 @@ TRIALS_PER_MINUTE = 62.0
 """The goal runs' rate on the H100: 896 trials in 14.4 minutes."""
 
 
-def stage_minutes(state: dict[str, Any] | None = None) -> dict[str, float]:
+def stage_minutes(state: dict[str, Any] | None = None, out: Path | None = None) -> dict[str, float]:
     """The real campaign's stages and comparison steps with their estimated minutes on an H100;
-    with a folder's ``state``, only those it has still to do (of the goals, the runs not done)."""
+    with a folder's ``state``, only those it has still to do (of the goals, the runs not done; of
+    the pursuit, the runs ``out`` holds short of their goal, each carried on to the most)."""
     state = state or {}
     complete = {stage for stage, record in state.get("stages", {}).items() if record.get("complete")}
     goals = sum(GOAL_MINUTES[step.workloads[0]] for step in REAL.goals if step.name not in state.get("goals_steps", []))
-    minutes = {**STAGE_MINUTES, "goals": goals}
+    pursuit = sum(GOAL_MINUTES[step.workloads[0]] * REAL.pursuit[0] / 128
+                  for step in pursuit_steps(REAL, out, state.get("pursuit_steps", [])))
+    minutes = {**STAGE_MINUTES, "goals": goals, "pursuit": pursuit}
     stages = {stage: minutes[stage] for stage in STAGES if stage in minutes and stage not in complete}
     steps = {f"comparison {step.name}": step.trials / TRIALS_PER_MINUTE for step in REAL.steps
              if step.name not in state.get("comparison_steps", [])}
@@ -233,6 +244,7 @@ class Campaign:
         if stage in steps:
             return [step.name for step in steps[stage]]
         return {"anchors": list(scale.anchors), "correctness": [*scale.correctness, f"{scale.admitted}+{scale.probes}"],
+                "pursuit": [*(step.name for step in scale.goals), "+{}/{}".format(*scale.pursuit)],
                 "throughput": [str(scale.throughput)], "knobs": [*scale.knobs, str(scale.knob_tiles)],
                 "ceiling": [*scale.ceiling, str(scale.ceiling_tiles)]}[stage]
 
@@ -260,13 +272,24 @@ class Campaign:
         runs, which are longer and would otherwise resume from these)."""
         return self._steps("goals", self.scale.goals, self.out / "goals.csv")
 
+    def pursuit(self) -> bool:
+        """The goal runs carried on where their goal is not met (``pursuit_steps``), in ``goals.csv``,
+        so the goals' table reads each run at its full length; whether each is met is judged again
+        after every step."""
+        while steps := pursuit_steps(self.scale, self.out, self.state.get("pursuit_steps", [])):
+            name = steps[0].workloads[0]
+            if not self._steps("pursuit", steps[:1], self.out / "goals.csv", {name: measured_here(self.out, name)}):
+                return False
+        return True
+
     def operators(self) -> bool:
         return self._steps("operators", self.scale.operators, self.out / "operators.csv")
 
     def comparison(self) -> bool:
         return self._steps("comparison", self.scale.steps, self.out / "trials.csv")
 
-    def _steps(self, stage: str, todo: tuple[Step, ...], csv_path: Path) -> bool:
+    def _steps(self, stage: str, todo: tuple[Step, ...] | list[Step], csv_path: Path,
+               prior: dict[str, list[dict[str, Any]]] | None = None) -> bool:
         steps = self.state.setdefault(f"{stage}_steps", [])
         for step in todo:
             if step.name in steps:
@@ -274,7 +297,7 @@ class Campaign:
             print(f"campaign: {stage} {step.name}", flush=True)
             plan = Plan([Live(name, self.target, LIMITS, build_only=self.dry_run) for name in step.workloads],
                         list(step.tuners), list(range(step.seeds)), step.budget, self.concurrency,
-                        deadline=self.deadline)
+                        deadline=self.deadline, prior=prior or {})
             if not run_plan(plan, csv_path, progress=False):
                 return False
             steps.append(step.name)
@@ -409,6 +432,30 @@ def tuned_tiles(goals_csv: Path, name: str, count: int) -> list[dict[str, Any]]:
     return list(tiles.values())[:count]
 
 
+def pursuit_steps(scale: Scale, out: Path | None, done: Collection[str] = ()) -> list[Step]:
+    """The pursuit's steps still to do, next first: each goal run carried on by ``scale.pursuit[0]``
+    trials at a time up to ``scale.pursuit[1]``, every run at one length before any goes further,
+    while ``out`` holds it short of its goal (``goal_met``: a goal not judged, for want of the
+    vendor library's figure, counts as unmet; without ``out``, every goal). ``done``: the steps
+    ended already, one whose run stopped short included (its space exhausted)."""
+    add, most = scale.pursuit
+    runs = Counter(row["workload"] for row in read_rows(out / "goals.csv")) if out else Counter()
+    start = {step.workloads[0]: step.budget for step in scale.goals}
+    levels = sorted({budget for first in start.values() for budget in range(first + add, most + 1, add)})
+    steps = [Step((name,), 1, budget, ("opevo",)) for budget in levels for name, first in start.items()
+             if first < budget and runs[name] < budget]
+    return [step for step in steps if step.name not in done and not (out and goal_met(out, step.workloads[0]))]
+
+
+def measured_here(out: Path, name: str) -> list[dict[str, Any]]:
+    """What the knobs and ceiling stages measured of a workload in ``out`` (on its device), as the
+    ``import_data`` entries a pursuit's run starts from: every configuration the check admitted,
+    a failed one at 0 TFLOPS as a trial's row records it."""
+    rows = [*read_jsonl(out / "knobs.jsonl"), *read_jsonl(out / "ceiling.jsonl")]
+    return [{"parameter": row["params"], "value": row["tflops"] or 0.0} for row in rows
+            if row["workload"] == name and row["status"] != "REFUSED"]
+
+
 def knob_combinations(name: str, target_kind: str) -> list[dict[str, int]]:
     """Every combination of the knobs' values in the workload's space."""
     workload = lookup(name)
@@ -516,7 +563,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.plan is not None:
         state_path = args.out / "campaign.json" if args.out else None
         state = json.loads(state_path.read_text()) if state_path and state_path.is_file() else None
-        print(campaign_calls.render(campaign_calls.plan(args.plan, stage_minutes(state))))
+        print(campaign_calls.render(campaign_calls.plan(args.plan, stage_minutes(state, args.out if state else None))))
         return
     if args.out is None:
         parser.error("--out is required (the campaign's folder)")

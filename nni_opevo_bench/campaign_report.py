@@ -20,7 +20,8 @@ from trial_code.workloads import NAMED
 
 from .table import read_rows
 
-STAGE_ORDER = ("anchors", "goals", "correctness", "throughput", "knobs", "ceiling", "operators", "comparison")
+STAGE_ORDER = ("anchors", "goals", "correctness", "throughput", "knobs", "ceiling", "pursuit", "operators",
+               "comparison")
 GOALS = {"MM1": 1.0, "MM2": 1.0, "MM3": 1.0, "BMM1": 1.0, "BMM2": 1.0, "BMM3": 1.0, "C1": 0.9}
 """The project's goals: the best kernel's speed over the vendor library's at fp32, TF32 off
 (cuBLAS on MM1-3 and BMM1-3, cuDNN on C1; C2's cuDNN figure is a Winograd or FFT algorithm
@@ -243,3 +244,12 @@ def _goal_best(goals_csv: Path) -> dict[str, float]:
     for row in read_rows(goals_csv):
         best[row["workload"]] = max(best.get(row["workload"], 0.0), float(row["tflops"]))
     return best
+
+
+def goal_met(out: Path, workload: str) -> bool:
+    """Whether the goal runs in ``out`` met ``workload``'s goal against the vendor library timed
+    there; not where the library was not timed (a dry run, no PyTorch), which leaves it unknown."""
+    path = out / "anchors.json"
+    vendor = _vendor(json.loads(path.read_text())) if path.exists() else {}
+    best = _goal_best(out / "goals.csv").get(workload, 0.0)
+    return vendor.get(workload, 0.0) > 0 and best >= GOALS[workload] * vendor[workload]

@@ -73,7 +73,8 @@ def test_a_call_killed_mid_trial_keeps_its_rows_and_the_next_resumes_without_rep
     assert [(a["workload"], a["tf32"]) for a in anchors] == [("MM1", False), ("MM1", True), ("C1", False), ("C1", True)]
     assert all(a["library"] is None and "dry run" in a["why"] for a in anchors)
     goals = Counter((r["workload"], r["tuner"], r["seed"]) for r in _csv(out / "goals.csv"))
-    assert goals == {("MM1", "opevo", "0"): 2, ("C1", "opevo", "0"): 1}
+    assert goals == {("MM1", "opevo", "0"): 3, ("C1", "opevo", "0"): 3}  # 2 and 1, carried on to 3 (the pursuit)
+    assert state["pursuit_steps"] == ["C1 opevo x1 seed(s) @2", "MM1 opevo x1 seed(s) @3", "C1 opevo x1 seed(s) @3"]
     operators = Counter((r["workload"], r["status"]) for r in _csv(out / "operators.csv"))
     assert operators == {("examples.operators:matmul_bias_gelu", "NO_ERROR"): 1,
                          ("examples.operators:layer_norm", "NO_ERROR"): 1}  # users' operators, built for the GPU
@@ -208,6 +209,57 @@ def test_the_ceiling_stage_grids_the_classic_tiles_the_check_admits():
     assert campaign.REAL.ceiling == ("MM1", "MM2", "MM3")
 
 
+def _goal_rows(path, workload, tflops):
+    """A goal run's rows in the harness's format, ``tflops`` its trials' results."""
+    from nni_opevo_bench.runner import COLUMNS
+
+    new = not path.exists()
+    with open(path, "a", newline="") as handle:
+        writer = csv.DictWriter(handle, COLUMNS)
+        if new:
+            writer.writeheader()
+        for index, value in enumerate(tflops):
+            writer.writerow({"objective": "live", "workload": workload, "target": "cuda", "tuner": "opevo", "seed": 0,
+                             "index": index, "parameter_id": index, "started_s": 0, "finished_s": 1, "tuner_ms": 1,
+                             "tflops": value, "status": "NO_ERROR", "seconds": 1, "configuration": "{}"})
+
+
+def test_the_pursuit_carries_on_the_goal_runs_short_of_their_goal(tmp_path):
+    """MM1 met, MM2 short: MM2 carried on to 256, 384 and 512 trials, a step at a time, judged again
+    after each; a goal whose library was not timed counts as unmet; a step ended is not redone."""
+    anchors = [{"workload": name, "tf32": False, "library": "cuBLAS", "tflops": 40.0} for name in ("MM1", "MM2")]
+    (tmp_path / "anchors.json").write_text(json.dumps(anchors))
+    _goal_rows(tmp_path / "goals.csv", "MM1", [30.0] * 127 + [40.5])
+    _goal_rows(tmp_path / "goals.csv", "MM2", [38.0] * 128)
+    steps = [step.name for step in campaign.pursuit_steps(campaign.REAL, tmp_path)]
+    mine = [name for name in steps if name.split()[0] in ("MM1", "MM2")]
+    assert mine == [f"MM2 opevo x1 seed(s) @{budget}" for budget in (256, 384, 512)]
+    assert steps[:2] == ["MM2 opevo x1 seed(s) @256", "MM3 opevo x1 seed(s) @256"]  # MM3: no library figure
+    assert not campaign.goal_met(tmp_path, "MM2") and campaign.goal_met(tmp_path, "MM1")
+    done = ["MM2 opevo x1 seed(s) @256"]  # its run stopped short (a space exhausted): not again
+    assert "MM2 opevo x1 seed(s) @256" not in [s.name for s in campaign.pursuit_steps(campaign.REAL, tmp_path, done)]
+    _goal_rows(tmp_path / "goals.csv", "MM2", [38.0] * 127 + [41.0])  # the goal met at 256 trials
+    assert not [s for s in campaign.pursuit_steps(campaign.REAL, tmp_path) if s.workloads == ("MM2",)]
+    # The plan counts the steps left: MM2's none now, every goal's three without a folder.
+    state = {"stages": {}}
+    left = campaign.stage_minutes(state, tmp_path)["pursuit"]
+    assert left == pytest.approx(3 * sum(m for name, m in campaign.GOAL_MINUTES.items() if name not in ("MM1", "MM2")))
+    assert campaign.stage_minutes()["pursuit"] == pytest.approx(3 * sum(campaign.GOAL_MINUTES.values()))
+
+
+def test_a_pursuit_starts_from_what_the_device_measured_of_its_workload():
+    """The H100's knobs and ceiling rows of MM2: every configuration the check admitted, at its
+    TFLOPS (0 for a failure), none it refused; each on the current space, so OpEvo imports all."""
+    out = Path(os.path.dirname(__file__)).parent / "docs" / "results" / "h100"
+    told = campaign.measured_here(out, "MM2")
+    rows = [r for name in ("knobs.jsonl", "ceiling.jsonl") for r in campaign.read_jsonl(out / name)
+            if r["workload"] == "MM2"]
+    assert len(told) == sum(r["status"] != "REFUSED" for r in rows) > 100
+    assert max(t["value"] for t in told) == max(r["tflops"] or 0.0 for r in rows)
+    space = campaign.for_workload(campaign.lookup("MM2")).space(campaign.lookup("MM2"), "cuda")
+    assert all(set(t["parameter"]) == set(space) for t in told)
+
+
 # -- the plan of device calls -----------------------------------------------------------------------
 @pytest.mark.parametrize("budget", [1800, 1325, 900, 400])
 def test_the_plan_fits_the_budget_and_the_tools_limits(budget):
@@ -295,6 +347,21 @@ def test_the_preflight_passes_a_good_image(tmp_path):
 def test_the_preflight_names_each_problem_in_one_line(tmp_path, change, words):
     problems = preflight.image(_machine(tmp_path, **change))
     assert len(problems) == 1 and words in problems[0] and "\n" not in problems[0]
+
+
+def test_a_smoke_that_fails_only_in_a_forked_worker_lets_the_call_go_on_with_programs(monkeypatch, capsys):
+    """Exit 4, one line naming the switch: the call script then runs the campaign with NNI_OPEVO_FORK=0."""
+    monkeypatch.setattr(preflight, "smoke", lambda: [])
+    monkeypatch.setattr(preflight, "forked_smoke", lambda: ["the MM_small kernel in a forked worker ended "
+                                                            "RUNTIME_DEVICE: x; the campaign starts its workers as "
+                                                            "programs (NNI_OPEVO_FORK=0)"])
+    with pytest.raises(SystemExit) as e:
+        preflight.main(["smoke"])
+    assert e.value.code == preflight.FORK_EXIT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("preflight: ") and "NNI_OPEVO_FORK=0" in err
+    script = (Path(__file__).parent.parent / "scripts" / "gpu-call.sh").read_text()
+    assert f'if [ "$smoke" -eq {preflight.FORK_EXIT} ]; then export NNI_OPEVO_FORK=0' in script
 
 
 def test_the_preflight_command_stops_the_call_here():
