@@ -384,7 +384,8 @@ class Campaign:
         def one(index: int) -> dict[str, Any]:
             params, _ = draw("MM1", self.target, 50_000 + index, admitted=True)
             result = evaluate(lookup("MM1"), params, self.target, LIMITS, build_only=self.dry_run)
-            return {"index": index, **self._result_fields(result)}
+            return {"index": index, "workers": "forked" if forked.active() else "programs",
+                    **self._result_fields(result)}
 
         complete = self._each(todo, one, path)
         with self.lock, open(path, "a") as handle:  # this call's share of the wall clock

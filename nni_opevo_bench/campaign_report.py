@@ -159,10 +159,13 @@ def _throughput_table(rows: list[dict[str, Any]]) -> list[str]:
     total = sum(r["total_s"] for r in trials)
     shares = {phase: sum(r[f"{phase}_s"] or 0.0 for r in trials) / total for phase in ("build", "wait", "measure")}
     p10, p50, p90 = np.percentile(builds, [10, 50, 90])
+    # Rows from before workers could be forked (``trial_code.forked``) name none: they were programs.
+    workers = " and ".join(sorted({r.get("workers", "programs") for r in trials}))
     return ["## Throughput (MM1, random admitted configurations)", "",
-            "| trials | trials per minute | build s p10 / p50 / p90 / max | building | waiting for the GPU | "
-            "measuring | other (process start, TVM import) |", "|---|---|---|---|---|---|---|",
-            f"| {len(trials)} | {60 * len(trials) / wall:.1f} | {p10:.2f} / {p50:.2f} / {p90:.2f} / "
+            "| trials | workers | trials per minute | build s p10 / p50 / p90 / max | building | waiting for the GPU | "
+            "measuring | other (starting the worker: a program importing TVM, or a fork) |",
+            "|---|---|---|---|---|---|---|---|",
+            f"| {len(trials)} | {workers} | {60 * len(trials) / wall:.1f} | {p10:.2f} / {p50:.2f} / {p90:.2f} / "
             f"{np.max(builds):.2f} | {shares['build']:.0%} | {shares['wait']:.0%} | {shares['measure']:.0%} | "
             f"{1 - sum(shares.values()):.0%} |", ""]
 

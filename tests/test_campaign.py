@@ -95,6 +95,7 @@ def test_a_call_killed_mid_trial_keeps_its_rows_and_the_next_resumes_without_rep
     assert Counter(r["status"] for r in rows)["NO_ERROR"] >= len(rows) - 2  # built by nvcc, not run
     throughput = _lines(out / "throughput.jsonl")
     assert sorted(r["index"] for r in throughput if "index" in r) == [0, 1, 2, 3]
+    assert {r["workers"] for r in throughput if "index" in r} == {"forked"}  # from a server with TVM loaded
     readme = (out / "README.md").read_text()
     for heading in ("## Calls", "## Vendor libraries", "## OpEvo against the vendor libraries", "## Correctness",
                     "## Comparison", "## Throughput", "## Users' operators", "## The GEMM space's knobs",

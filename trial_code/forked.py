@@ -75,6 +75,11 @@ def workers() -> Iterator[None]:
                 server.close()
 
 
+def active() -> bool:
+    """Whether ``evaluate`` forks its workers here (within ``workers()``, and not switched off)."""
+    return _servers is not None
+
+
 class Forked:
     """A forked worker, read as ``evaluate`` reads a ``subprocess.Popen``: ``pid`` names its
     session, ``stdout`` carries its events, ``poll`` and ``wait`` give its exit status (negative: the
