@@ -90,8 +90,8 @@ def test_stages_past_48_kb_use_dynamic_shared_memory(tmp_path):
     assert local_memory(report) == 0
 
 
-@pytest.mark.slow(seconds=50)
-@pytest.mark.parametrize("name", ["C1", "C2"])
+@pytest.mark.parametrize("name", [pytest.param("C1", marks=pytest.mark.slow(seconds=50)),
+                                  pytest.param("C2", marks=pytest.mark.slow(seconds=140))])
 def test_no_configuration_the_check_admits_uses_local_memory(name, tmp_path):
     """Registers are estimated from the per-thread tile and the fill rounds written out (each an
     address nvcc keeps live): every admitted configuration drawn here keeps all of them in
