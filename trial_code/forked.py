@@ -36,6 +36,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from . import worker
+
 FDS = 4
 """What the parent passes with each job: the worker's stdout and stderr, the read end of its
 watcher's pipe, and the write end of the pipe that carries its exit status."""
@@ -116,7 +118,7 @@ def start(job: dict[str, Any], stderr: int, watch_read: int, env: dict[str, str]
     with _lock:
         if _servers is None:
             return None
-        without_torch = job["target"]["kind"] == "llvm" or bool(job.get("build_only"))
+        without_torch = worker.loads_tvm_without_torch(job)
         server = _servers.get(without_torch)
         if server is None or not server.alive():
             if server is not None:
@@ -149,8 +151,8 @@ class _Server:
                 socket.send_fds(self.socket, [len(payload).to_bytes(8, "big")],
                                 [events_write, stderr, watch_read, status_write])
                 self.socket.sendall(payload)
-                pid = int(_receive_line(self.socket))
-        except (OSError, ValueError):  # the server died or hangs: the caller starts the worker itself
+                pid = int.from_bytes(_receive_exactly(self.socket, 8), "big")
+        except (OSError, EOFError):  # the server died or hangs: the caller starts the worker itself
             self.close()
             for fd in (events_read, status_read):
                 os.close(fd)
@@ -169,16 +171,6 @@ class _Server:
             self.process.wait()
 
 
-def _receive_line(sock: socket.socket) -> bytes:
-    line = b""
-    while not line.endswith(b"\n"):
-        chunk = sock.recv(64)
-        if not chunk:
-            raise OSError("the worker server closed its socket")
-        line += chunk
-    return line
-
-
 def _receive_exactly(sock: socket.socket, size: int) -> bytes:
     data = bytearray()
     while len(data) < size:
@@ -192,7 +184,6 @@ def _receive_exactly(sock: socket.socket, size: int) -> bytes:
 def serve(fd: int, without_torch: bool) -> None:
     """The server: load TVM and the trial code once, then fork a waiter per job until the parent's
     end of the socket closes."""
-    from . import worker
     from .targets import import_tvm
 
     if without_torch:
@@ -221,7 +212,7 @@ def serve(fd: int, without_torch: bool) -> None:
             _wait_for_worker(request, fds)
         for received in fds:
             os.close(received)
-        sock.sendall(f"{pid}\n".encode())
+        sock.sendall(pid.to_bytes(8, "big"))
 
 
 def _wait_for_worker(request: dict[str, Any], fds: list[int]) -> None:
@@ -243,8 +234,6 @@ def _wait_for_worker(request: dict[str, Any], fds: list[int]) -> None:
 
 
 def _become_worker(request: dict[str, Any], events: int, stderr: int, watch_read: int) -> None:
-    from . import worker
-
     code = 0
     try:
         # Copies above the targets first, so that no target overwrites a descriptor still to be moved.

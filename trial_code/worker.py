@@ -67,6 +67,12 @@ def run(job: dict[str, Any]) -> None:
         return fail("DEVICE_BUSY", exc)
 
 
+def loads_tvm_without_torch(job: dict[str, Any]) -> bool:
+    """Whether ``job``'s worker loads TVM without PyTorch (``load_tvm_without_torch``): a CPU
+    kernel or a build; a GPU kernel's worker loads it as it comes."""
+    return job["target"]["kind"] == "llvm" or bool(job.get("build_only"))
+
+
 def load_tvm_without_torch() -> None:
     """Load TVM with PyTorch kept out of its import. tvm_ffi imports PyTorch whenever it is
     installed (to trade tensors with it), which was 3 to 5 s of a CPU trial's 9 on the 2-core
@@ -92,7 +98,7 @@ def build_and_measure(job: dict[str, Any], holding: bool) -> None:
 
     requested = Target.from_json(job["target"])
     # TVM is loaded here, after the stdout redirect, so its own output never reaches the events.
-    if requested.kind == "llvm" or job.get("build_only"):
+    if loads_tvm_without_torch(job):
         load_tvm_without_torch()
     from . import files, kernel
     from .device_lock import DeviceBusy, exclusive
