@@ -74,7 +74,7 @@ from trial_code.workloads import NAMED, lookup, named_or_operator
 from . import campaign_calls
 from .campaign_calls import RESERVE_S
 from .campaign_report import GOALS as GOAL_RATIOS
-from .campaign_report import STAGE_ORDER, goal_met, read_jsonl, write_atomic, write_readme
+from .campaign_report import STAGE_ORDER, goals_met, read_jsonl, write_atomic, write_readme
 from .objectives import Live
 from .operators import EXAMPLES
 from .runner import Plan
@@ -436,16 +436,17 @@ def tuned_tiles(goals_csv: Path, name: str, count: int) -> list[dict[str, Any]]:
 def pursuit_steps(scale: Scale, out: Path | None, done: Collection[str] = ()) -> list[Step]:
     """The pursuit's steps still to do, next first: each goal run carried on by ``scale.pursuit[0]``
     trials at a time up to ``scale.pursuit[1]``, every run at one length before any goes further,
-    while ``out`` holds it short of its goal (``goal_met``: a goal not judged, for want of the
+    while ``out`` holds it short of its goal (``goals_met``: a goal not judged, for want of the
     vendor library's figure, counts as unmet; without ``out``, every goal). ``done``: the steps
     ended already, one whose run stopped short included (its space exhausted)."""
     add, most = scale.pursuit
     runs = Counter(row["workload"] for row in read_rows(out / "goals.csv")) if out else Counter()
     start = {step.workloads[0]: step.budget for step in scale.goals}
     levels = sorted({budget for first in start.values() for budget in range(first + add, most + 1, add)})
+    met = goals_met(out) if out else set()
     steps = [Step((name,), 1, budget, ("opevo",)) for budget in levels for name, first in start.items()
-             if first < budget and runs[name] < budget]
-    return [step for step in steps if step.name not in done and not (out and goal_met(out, step.workloads[0]))]
+             if first < budget and runs[name] < budget and name not in met]
+    return [step for step in steps if step.name not in done]
 
 
 def measured_here(out: Path, name: str) -> list[dict[str, Any]]:

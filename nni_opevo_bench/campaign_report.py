@@ -249,10 +249,11 @@ def _goal_best(goals_csv: Path) -> dict[str, float]:
     return best
 
 
-def goal_met(out: Path, workload: str) -> bool:
-    """Whether the goal runs in ``out`` met ``workload``'s goal against the vendor library timed
-    there; not where the library was not timed (a dry run, no PyTorch), which leaves it unknown."""
+def goals_met(out: Path) -> set[str]:
+    """The workloads whose goal the goal runs in ``out`` met against the vendor library timed
+    there; none where the library was not timed (a dry run, no PyTorch), which leaves it unknown."""
     path = out / "anchors.json"
     vendor = _vendor(json.loads(path.read_text())) if path.exists() else {}
-    best = _goal_best(out / "goals.csv").get(workload, 0.0)
-    return vendor.get(workload, 0.0) > 0 and best >= GOALS[workload] * vendor[workload]
+    best = _goal_best(out / "goals.csv")
+    return {name for name, goal in GOALS.items()
+            if vendor.get(name, 0.0) > 0 and best.get(name, 0.0) >= goal * vendor[name]}

@@ -21,6 +21,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trial_code.evaluate import Result
 
 PYTHON = (3, 12)
 """The Python the bundle's binary wheels are built for (scripts/gpu-bundle.sh)."""
@@ -101,16 +105,10 @@ def smoke() -> list[str]:
     import torch
     import tvm
 
-    from trial_code import constraint, targets
-    from trial_code.evaluate import Limits, evaluate
-    from trial_code.workloads import lookup
-
     if not tvm.cuda(0).exist:
         return [f"TVM {tvm.__version__} sees no CUDA device: its CUDA runtime did not load"]
     problems = []
-    target, workload = targets.cuda(), lookup("MM_small")
-    params, _ = constraint.draw(workload, target, 0)
-    result = evaluate(workload, params, target, Limits(build_timeout=120.0, run_timeout=30.0))
+    result = _smoke_kernel()
     if result.status.name != "NO_ERROR":
         problems.append(f"a random admitted MM_small kernel ended {result.status.name}: {result.error[-200:]}")
     a = torch.rand(256, 256, device="cuda", dtype=torch.float64)
@@ -121,16 +119,23 @@ def smoke() -> list[str]:
     return problems
 
 
-def forked_smoke() -> list[str]:
-    """The smoke's MatMul again, in a worker forked from a server that has TVM loaded."""
-    from trial_code import constraint, forked, targets
+def _smoke_kernel() -> Result:
+    """The smoke's MatMul: the first admitted MM_small configuration of seed 0, through the trial code."""
+    from trial_code import constraint, targets
     from trial_code.evaluate import Limits, evaluate
     from trial_code.workloads import lookup
 
     target, workload = targets.cuda(), lookup("MM_small")
     params, _ = constraint.draw(workload, target, 0)
+    return evaluate(workload, params, target, Limits(build_timeout=120.0, run_timeout=30.0))
+
+
+def forked_smoke() -> list[str]:
+    """The smoke's MatMul again, in a worker forked from a server that has TVM loaded."""
+    from trial_code import forked
+
     with forked.workers():
-        result = evaluate(workload, params, target, Limits(build_timeout=120.0, run_timeout=30.0))
+        result = _smoke_kernel()
     if result.status.name == "NO_ERROR":
         return []
     return [f"the MM_small kernel in a forked worker ended {result.status.name}: {result.error[-200:]}; the "
