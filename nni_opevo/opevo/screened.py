@@ -49,6 +49,7 @@ import numpy as np
 
 from ..base import PopulationTuner
 from ..population import Population
+from ..scores import first_best
 from ..space.search_space import Config, ConfigKey
 from ..space.steps import nudge
 from . import settings
@@ -234,7 +235,8 @@ class Screened(Variant):
 
     def most_promising(self, candidates: list[Config], by: Acquisition = improvement_that_runs) -> Config:
         """The candidate of the highest score ``by`` (``improvement_that_runs``) under the speed
-        and feasibility models refitted now (the first one while the speed model cannot be fitted)."""
+        and feasibility models refitted now, the first of equal ones (``scores.first_best``); the
+        first candidate while the speed model cannot be fitted."""
         if len(candidates) < 2:
             return candidates[0]
         assert self.surrogate is not None and self.feasibility is not None and self.atoms is not None
@@ -244,7 +246,7 @@ class Screened(Variant):
             return candidates[0]
         self.feasibility.fit(*training)
         scores = by(self.surrogate, self.feasibility, np.stack([self.kin.row(self.atoms(c)) for c in candidates]))
-        return candidates[int(np.argmax(scores))]
+        return candidates[first_best(scores)]
 
     def training(self) -> tuple[np.ndarray, np.ndarray]:
         """(atoms, eq. 2 weights) the surrogate fits: this search's measurements, and with kin

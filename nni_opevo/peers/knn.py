@@ -59,7 +59,10 @@ class KnnSurrogate:
         d = cdist(x, self._x[:n], "canberra")
         y = self.population.fitness.weights(self._objective[:n])
         k = min(self.k, n)
-        nearest = np.argpartition(d, k - 1, axis=1)[:, :k]
+        # The k nearest, ties at the k-th distance going to the earlier evaluated: numpy's
+        # argpartition breaks them differently on different CPUs (its AVX-512 sort), and the
+        # same seed and measurements must predict alike everywhere (``scores``).
+        nearest = np.argsort(d, axis=1, kind="stable")[:, :k]
         dk = np.take_along_axis(d, nearest, axis=1)
         yk = y[nearest]
         exact = dk == 0

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..base import PopulationTuner
 from ..class_args import SearchArgs, arg, int_in, real_in, unit
+from ..scores import best_first
 from ..space.search_space import Config, ConfigKey
 from ..space.steps import redraw
 from .knn import KnnSurrogate
@@ -105,7 +106,7 @@ class NoSETuner(PopulationTuner):
 
         offspring = self.fresh(children(), self.n_offspring)
         predicted = self.surrogate.predict(offspring)
-        order = np.argsort(-predicted, kind="stable")[: self.n_elite]
+        order = best_first(predicted)[: self.n_elite]
         return Generation(offspring, predicted, [offspring[int(i)] for i in order])
 
     def _crossover(self, a: Config, b: Config) -> Config:
