@@ -32,12 +32,14 @@ from nni_opevo.testing.dispatch import drive
 from trial_code.cli import add_number
 
 from .objectives import SYNTHETIC, Cache, Objective, Synthetic
+from .tuning_cache import cache_name
 
 RECORD = Path(__file__).with_name("fingerprint.json")
 HUB = Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmark_hub"
 HUB_CACHES = ("gemm/RTX_2080_Ti.json.gz", "gemm/RTX_Titan.json.gz", "convolution/MI250X.json.gz",
               "convolution/W6600.json.gz")
-HELD_OUT = Path("/tmp/convolution_RTX_2080_Ti.json")
+HELD_OUT = Path("/tmp/held-out/convolution_kt/RTX_2080_Ti.json")
+"""Where ``docs/benchmark.md`` puts the held-out cache."""
 NETWORK = "network:" + "+".join(SYNTHETIC)
 """The landscape name of the network run: one layer per synthetic landscape."""
 UNSEEDED = ("evolution",)
@@ -56,8 +58,13 @@ class Job:
     budget: int
 
     @property
+    def label(self) -> str:
+        """The landscape's name: a synthetic one's, or a cache's ``<folder>/<file>``, wherever the file lies."""
+        return self.landscape if self.landscape in SYNTHETIC or self.landscape == NETWORK else cache_name(self.landscape)
+
+    @property
     def name(self) -> str:
-        return f"{Path(self.landscape).name} {self.tuner} seed {self.seed}"
+        return f"{self.label} {self.tuner} seed {self.seed}"
 
 
 def _synthetic_network() -> tuple[dict[str, Any], Callable[[dict[str, Any]], Any]]:
@@ -110,7 +117,7 @@ def landscapes(hub: Path, held_out: Path, need_all: bool) -> list[str]:
 
 
 def key(job: Job) -> str:
-    return f"{Path(job.landscape).name}|{job.tuner}|{job.seed}"
+    return f"{job.label}|{job.tuner}|{job.seed}"
 
 
 def compute(todo: list[Job], workers: int) -> dict[str, dict[str, Any]]:

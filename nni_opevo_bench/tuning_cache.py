@@ -97,6 +97,13 @@ def _entry(record: dict[str, Any]) -> Entry:
     return Entry(score, seconds, "NO_ERROR", compile_seconds)
 
 
+def cache_name(path: str) -> str:
+    """A cache's name, ``<folder>/<file>`` without ``.json(.gz)``: the folder names the kernel
+    (``gemm/RTX_2080_Ti``, ``convolution_kt/RTX_2080_Ti``), as ``../shared/data/benchmark_hub`` does."""
+    folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    return f"{folder}/{os.path.basename(path).removesuffix('.gz').removesuffix('.json')}"
+
+
 @functools.cache
 def load(path: str) -> TuningCache:
     """Read a cache file (``.json`` or ``.json.gz``); ValueError naming what is missing."""
@@ -110,9 +117,7 @@ def load(path: str) -> TuningCache:
     entries = {}
     for record in data["cache"].values():
         entries[tuple(record[k] for k in keys)] = _entry(record)
-    folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
-    name = f"{folder}/{os.path.basename(path).removesuffix('.gz').removesuffix('.json')}"
-    return TuningCache(path, name, str(data.get("device_name") or ""), str(data.get("kernel_name") or ""), keys,
+    return TuningCache(path, cache_name(path), str(data.get("device_name") or ""), str(data.get("kernel_name") or ""), keys,
                        {k: list(data["tune_params"][k]) for k in keys}, entries)
 
 
