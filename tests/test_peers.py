@@ -258,7 +258,6 @@ def test_knn_is_the_weighted_mean_of_eq_1_to_4():
     assert knn.predict([{("a",): 3, ("b",): 0}])[0] == 8.0 / scale  # distance 0: the measured value itself
 
 
-
 def test_knn_takes_the_earliest_measured_among_equally_near_neighbours():
     """Every configuration of ten two-valued parameters measured but the query, in a shuffled
     order: the ten one parameter away are equally near, and the k = 9 nearest are the nine of
@@ -274,6 +273,7 @@ def test_knn_takes_the_earliest_measured_among_equally_near_neighbours():
         knn.observe(population.add(config, float(value)))
     near = [value for value, bits in enumerate(order, start=1) if bin(bits).count("1") == 1][:9]
     assert knn.predict([{(p,): 0 for p in params}])[0] == pytest.approx(np.mean(near) / len(order))
+
 
 # ------------------------------------------------------------------ NNI built-ins through ChoiceView
 

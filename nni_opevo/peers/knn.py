@@ -61,7 +61,7 @@ class KnnSurrogate:
         k = min(self.k, n)
         # The k nearest, ties at the k-th distance going to the earlier evaluated: numpy's
         # argpartition breaks them differently on different CPUs (its AVX-512 sort), and the
-        # same seed and measurements must predict alike everywhere (``scores``).
+        # same seed and measurements must predict alike everywhere (as ``nni_opevo.scores`` ranks).
         nearest = np.argsort(d, axis=1, kind="stable")[:, :k]
         dk = np.take_along_axis(d, nearest, axis=1)
         yk = y[nearest]
