@@ -41,7 +41,7 @@ def _campaign(out, *args):
                             text=True, start_new_session=True)
 
 
-@pytest.mark.slow(seconds=235)
+@pytest.mark.slow(seconds=150)
 @needs_nvcc
 def test_a_call_killed_mid_trial_keeps_its_rows_and_the_next_resumes_without_repeats(tmp_path, capsys):
     out = tmp_path / "campaign"
