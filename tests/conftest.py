@@ -13,6 +13,7 @@ to the lane with less so far.
 from __future__ import annotations
 
 import pytest
+from nni_experiment import stops_finished
 
 LANES = 2
 SLOW_SECONDS = 30
@@ -45,3 +46,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         load[lane] += sum(map(_seconds, members))
         for item in members:
             item.add_marker(pytest.mark.xdist_group(f"slow-lane-{lane}"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def experiments_stopped():
+    """Every experiment a test stopped in the background (``nni_experiment.stop_in_background``)
+    has ended before the session does."""
+    yield
+    hung = stops_finished()
+    assert not hung, f"nnictl stop did not end: {hung}"

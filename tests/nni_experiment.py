@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,35 @@ from nni_opevo_tools.experiment_client import (
 
 LOG_WAIT_S = 10.0
 """How long a log may take to show a line: a user looks for an error within seconds."""
+STOP_TIMEOUT_S = 120.0
+"""How long ``nnictl stop`` may take: it waits for NNI's manager to end."""
+_stopping: list[subprocess.Popen] = []
+
+
+def stop_in_background(experiment_id: str, env: dict[str, str], cwd: str | Path | None = None,
+                       nnictl: Sequence[str] = tuple(NNICTL)) -> None:
+    """``nnictl stop`` an experiment a test is done with, without waiting for it. NNI's manager
+    takes 3-6 s to end: it polls its tuner's process every second, and the tuner's command
+    threads poll their queue every 3 s before they see the stop. ``stops_finished`` waits for
+    them all when the session ends (``conftest.experiments_stopped``)."""
+    _stopping.append(subprocess.Popen([*nnictl, "stop", experiment_id], env=env, cwd=cwd,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+
+def stops_finished() -> list[str]:
+    """Waits for every ``stop_in_background``; the commands of those still running after
+    ``STOP_TIMEOUT_S`` (killed then), so that the session fails on a stop that hangs."""
+    hung = []
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while _stopping:
+        stop = _stopping.pop()
+        try:
+            stop.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            stop.kill()
+            stop.wait()
+            hung.append(" ".join(map(str, stop.args)))
+    return hung
 
 
 def launched_ids(stdout: str) -> list[str]:
@@ -63,6 +93,7 @@ class Experiment:
         self.config_path.write_text(yaml.safe_dump(config))
         self.id: str | None = None
         self.starts = 0
+        self.stopped = False
 
     def nnictl(self, *args: str, timeout: float = 120) -> str:
         out = subprocess.run([*NNICTL, *args], env=self.env, cwd=self.workdir, capture_output=True, text=True,
@@ -82,6 +113,7 @@ class Experiment:
         out = start(["resume", str(self.id), "--port", str(self.port)], env=self.env, cwd=str(self.workdir),
                     timeout=120)
         assert "Web portal URLs" in out, f"nnictl resume failed:\n{out}"
+        self.stopped = False
         deadline = time.time() + 60
         while True:
             try:
@@ -93,8 +125,14 @@ class Experiment:
                 time.sleep(0.5)
 
     def __exit__(self, *exc: Any) -> None:
-        if self.id:
-            self.nnictl("stop", self.id)
+        if self.id and not self.stopped:
+            stop_in_background(self.id, self.env, self.workdir)
+
+    def stop(self) -> None:
+        """``nnictl stop``, waiting for NNI to end: for a test that reads the stopped
+        experiment's files, or whose servers (SSH) the stop still talks to."""
+        self.nnictl("stop", str(self.id), timeout=STOP_TIMEOUT_S)
+        self.stopped = True
 
     def get(self, path: str) -> Any:
         return self.client.get(path)
@@ -106,7 +144,7 @@ class Experiment:
             status = self.client.status()
             if self.client.ended(status) and not self._started_again(status):
                 return status
-            time.sleep(1)
+            time.sleep(0.25)
         raise TimeoutError(f"experiment {self.id} still running after {timeout} s: {self.get('check-status')}")
 
     def wait_for_results(self, n: int, timeout: float = 300, until_ended: bool = True) -> None:

@@ -10,10 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from nni_experiment import free_port, launched_id, launched_ids
+from nni_experiment import free_port, launched_id, launched_ids, stop_in_background
 
 from nni_opevo_tools import best as best_json
-from nni_opevo_tools.experiment_client import NNICTL
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "nni_opevo_tools.console"]
@@ -121,7 +120,7 @@ def test_launch_runs_a_generated_peer_experiment_and_remeasures_the_winner(tmp_p
         assert best_json.read(str(folder / "export" / "best.json")) == best
     finally:
         if experiment:
-            subprocess.run([*NNICTL, "stop", experiment], env=env, capture_output=True, timeout=120)
+            stop_in_background(experiment, env)
 
 
 SLOW_TO_CONNECT = '''"""G-BFS, but the first NNI dispatcher that imports this module waits past NNI's 10-s deadline."""
@@ -182,4 +181,4 @@ def test_launch_starts_again_an_experiment_that_missed_nnis_start_up_deadlines(t
         assert best_json.read(str(folder / "export" / "best.json")).remeasured is not None
     finally:
         for experiment in started:
-            subprocess.run([*NNICTL, "stop", experiment], env=env, capture_output=True, timeout=120)
+            stop_in_background(experiment, env)

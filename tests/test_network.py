@@ -239,7 +239,6 @@ def test_a_network_experiment_under_nnictl_ends_with_its_end_to_end_latency(tmp_
     """A two-layer network tuned by one NNI experiment, then exported: each layer's best
     re-measured (or TVM's default schedule where no trial reached it) and the network's latency
     exactly the sum of count x latency."""
-    from nni_opevo_tools.experiment_client import NNICTL
 
     network = tmp_path / "tiny.json"
     network.write_text(json.dumps(TINY))
@@ -251,7 +250,7 @@ def test_a_network_experiment_under_nnictl_ends_with_its_end_to_end_latency(tmp_
     config["maxTrialNumber"] = 6
     config["trialCommand"] += " --min-repeat-ms 5"
     config_path.write_text(yaml.safe_dump(config))
-    from nni_experiment import free_port, launched_id
+    from nni_experiment import free_port, launched_id, stop_in_background
 
     out = subprocess.run([sys.executable, "-m", "nni_opevo_tools.launch", "--config", str(config_path), "--port",
                           str(free_port()), "--every", "2", "--top-k", "1"], env=env, cwd=ROOT, capture_output=True,
@@ -270,7 +269,7 @@ def test_a_network_experiment_under_nnictl_ends_with_its_end_to_end_latency(tmp_
         assert (folder / "mm").is_dir() and (folder / "conv").is_dir()
     finally:
         if experiment:
-            subprocess.run([*NNICTL, "stop", experiment], env=env, capture_output=True, timeout=120)
+            stop_in_background(experiment, env)
 
 
 def test_the_network_latency_after_each_trial_counts_untuned_layers_at_the_default(tmp_path):

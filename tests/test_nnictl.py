@@ -159,6 +159,7 @@ def quickstart(tmp_path_factory) -> tuple[Path, dict]:
         status = exp.wait(timeout=900)
         assert status["status"] in ("DONE", "NO_MORE_TRIAL"), status
         results = exp.results()
+        exp.stop()  # the export below reads the stopped experiment's database
     assert len(results) == cfg["maxTrialNumber"], "every trial reports, failures included"
     return workdir / "nni" / exp.id, results
 

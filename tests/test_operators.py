@@ -16,11 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from nni_experiment import free_port, launched_id
+from nni_experiment import free_port, launched_id, stop_in_background
 
 from nni_opevo_tools import best as best_json
 from nni_opevo_tools import launch
-from nni_opevo_tools.experiment_client import NNICTL
 from trial_code import constraint, kernel, operators, targets, workloads
 from trial_code.evaluate import Limits, evaluate
 from trial_code.templates import DerivedTemplate, for_workload
@@ -294,5 +293,4 @@ def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
         sys.modules.pop("myops", None)
         for name, experiment in zip(SMALL, experiments):
             if experiment:
-                subprocess.run([*NNICTL, "stop", experiment], env={**os.environ, "HOME": str(homes[name])},
-                               capture_output=True, timeout=120)
+                stop_in_background(experiment, {**os.environ, "HOME": str(homes[name])})

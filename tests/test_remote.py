@@ -87,6 +87,7 @@ def test_remote_training_service_runs_the_unchanged_trial_code(sshd, tmp_path):
         status = exp.wait(timeout=600)
         assert status["status"] in ("DONE", "NO_MORE_TRIAL"), (status, exp.dispatcher_log())
         params, results = exp.parameters(), exp.results()
+        exp.stop()  # NNI cleans the remote machine up over SSH, before this test's server ends
     # The "remote" side wrote under the SSH session's HOME, the test's folder, not the real home.
     assert (home / "nni-experiments" / str(exp.id)).is_dir()
     assert not (Path.home() / "nni-experiments" / str(exp.id)).exists()

@@ -17,7 +17,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from nni_experiment import free_port
+from nni_experiment import free_port, stop_in_background
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,5 +79,4 @@ def test_the_wheel_runs_the_quickstart_from_an_empty_folder(tmp_path):
         assert loaded.returncode == 0 and "product ok" in loaded.stdout, loaded.stderr
     finally:
         if experiment:
-            subprocess.run([str(python), "-m", "nni.tools.nnictl.nnictl", "stop", experiment], cwd=work, env=env,
-                           capture_output=True, timeout=120)
+            stop_in_background(experiment, env, work, nnictl=(str(python), "-m", "nni.tools.nnictl.nnictl"))
