@@ -37,7 +37,7 @@ from trial_code.cli import add_number, bounded
 from trial_code.evaluate import Limits
 from trial_code.trial import MAX_SECONDS
 
-from . import kernel_tuner_strategies, metaschedule, network_end_to_end, network_report, optuna_peers, report, tuner_specs
+from . import network_end_to_end, network_report, report, tuner_specs
 from .objectives import SYNTHETIC, Cache, Live, Network, Objective, Recorded, Synthetic
 from .runner import Plan, run
 
@@ -77,18 +77,12 @@ def machine(args: argparse.Namespace) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="nni-opevo benchmark", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 1)[1])
-    parser.add_argument("--objective", choices=("synthetic", "live", "recorded", "cache", "network"),
-                        default="synthetic")
+    parser.add_argument("--objective", choices=tuner_specs.OBJECTIVES, default="synthetic")
     parser.add_argument("--workloads", nargs="+", default=["SYN1"],
                         help=f"named workloads or operators (module:function, live), named ones (recorded), "
                              f"{', '.join(SYNTHETIC)} (synthetic), or networks "
                              "(network: alexnet, resnet18, or a JSON file of layers)")
-    parser.add_argument("--tuners", nargs="+", default=catalog.COMPARED,
-                        help=f"catalog names, optionally with overrides (name:key=value,...): {', '.join(catalog.CATALOG)}; "
-                             f"with --objective cache also Kernel Tuner's strategies as kt:NAME "
-                             f"({', '.join(kernel_tuner_strategies.STRATEGIES)}; pip install '.[kerneltuner]'); "
-                             f"Optuna's samplers as optuna:{{{','.join(optuna_peers.SAMPLERS)}}} (pip install '.[optuna]'); "
-                             f"with --objective live also TVM MetaSchedule as {metaschedule.NAME}[:num_trials_per_iter=N]")
+    parser.add_argument("--tuners", nargs="+", default=catalog.COMPARED, help=tuner_specs.help_text())
     add_number(parser, "--seeds", int, 1, 1000, "seeds 0..N-1 per tuner and workload", default=3)
     add_number(parser, "--budget", int, 1, 1_000_000, "trials per run", default=64)
     add_number(parser, "--concurrency", int, 1, 64, "trials at a time (NNI's trialConcurrency)", default=2)

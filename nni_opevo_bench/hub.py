@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hub", type=Path, default=HUB, help="the hub's folder of caches (<folder>/<file>.json.gz)")
     parser.add_argument("--held-out", type=Path, nargs="*", default=[],
                         help="further cache files, each inside a folder naming its kernel")
-    parser.add_argument("--tuners", nargs="+", default=TUNERS, help="catalog names, optuna:SAMPLER and kt:STRATEGY")
+    parser.add_argument("--tuners", nargs="+", default=TUNERS, help=tuner_specs.help_text(("cache",)))
     add_number(parser, "--seeds", int, 1, 1000, "seeds 0..N-1 per tuner and run", default=20)
     add_number(parser, "--budget", int, 1, 100_000, "evaluations per run", default=max(BUDGETS))
     parser.add_argument("--budgets", type=bounded(int, 1, 100_000), nargs="+", default=list(BUDGETS),

@@ -29,6 +29,7 @@ import json
 import math
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -161,10 +162,10 @@ def sweeps(runs: Runs) -> dict[tuple[str, str], list[tuple[float, str]]]:
     """(base tuner, classArg) -> [(value, spec)] for specs overriding exactly that one classArg
     (and the plain base spec, at its catalog value)."""
     found: dict[tuple[str, str], list[tuple[float, str]]] = defaultdict(list)
-    specs = {t for tuners in runs.values() for t in tuners
-             if t.partition(":")[0] in catalog.CATALOG}  # the catalog's tuners: peers have no classArgs to sweep
+    parsed = {t: _catalog_spec(t) for tuners in runs.values() for t in tuners}
+    specs = {t for t, found in parsed.items() if found is not None}  # peers have no classArgs to sweep
     for spec in specs:
-        base, overrides = catalog.parse(spec)
+        base, overrides = parsed[spec]
         if len(overrides) == 1:
             (key, value), = overrides.items()
             if isinstance(value, (int, float)):
@@ -174,6 +175,14 @@ def sweeps(runs: Runs) -> dict[tuple[str, str], list[tuple[float, str]]]:
         if base in specs and isinstance(default, (int, float)):
             points.append((float(default), base))  # the plain spec is the point at the catalog's setting
     return {k: sorted(v) for k, v in found.items() if len(v) >= 2}
+
+
+def _catalog_spec(spec: str) -> tuple[str, dict[str, Any]] | None:
+    """(catalog name, overrides) of a catalog tuner's spec; None for a peer's or a network tuner's."""
+    try:
+        return catalog.parse(spec)
+    except ValueError:
+        return None
 
 
 def plot_sweeps(runs: Runs, out: Path) -> list[Path]:

@@ -22,6 +22,21 @@ def runs_of(rows):
     return out
 
 
+
+def test_a_sweep_is_drawn_over_one_catalog_class_arg_and_never_over_a_peer():
+    """A sweep's points are the specs of one catalog tuner that override one classArg, and the
+    plain spec at the catalog's value; a peer's or a network tuner's spec is no point of any."""
+    from nni_opevo import catalog
+    from nni_opevo_bench.report import sweeps
+
+    specs = ["opevo", "opevo:mutate_rate=0.2", "opevo:mutate_rate=0.9", "opevo:mutate_rate=0.2,explore=0.3",
+             "kt:pso", "optuna:tpe:n_startup_trials=5", "metaschedule:num_trials_per_iter=4", "opevo@round-robin",
+             "gbfs"]
+    found = sweeps({"SYN1": {spec: {} for spec in specs}})
+    default = float(catalog.default("opevo", "mutate_rate"))
+    assert found == {("opevo", "mutate_rate"): sorted([(0.2, "opevo:mutate_rate=0.2"), (0.9, "opevo:mutate_rate=0.9"),
+                                                       (default, "opevo")])}
+
 @pytest.mark.slow(seconds=5)
 def test_tiny_synthetic_benchmark_writes_csv_plots_table_and_resumes(tmp_path):
     out = tmp_path / "bench"

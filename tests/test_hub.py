@@ -14,7 +14,7 @@ from test_tuning_cache import write_cache
 
 from nni_opevo.testing.dispatch import drive
 from nni_opevo_bench import __main__ as bench
-from nni_opevo_bench import hub, kernel_tuner_strategies, optuna_peers, tuning_cache
+from nni_opevo_bench import hub, kernel_tuner_strategies, optuna_peers, tuner_specs, tuning_cache
 from nni_opevo_bench.objectives import Cache
 from nni_opevo_bench.table import read_rows
 
@@ -239,7 +239,7 @@ def test_a_peer_whose_package_is_missing_is_refused_in_one_line_by_both_commands
 
 
 def test_each_command_refuses_a_peer_on_an_objective_it_cannot_tune(tiny, tmp_path, capsys):
-    for spec, objective, rule in (("kt:pso", "synthetic", "run on --objective cache only"),
+    for spec, objective, rule in (("kt:pso", "synthetic", "replay a brute-forced cache only (--objective cache)"),
                                   ("metaschedule", "cache", "tunes live kernels and networks only"),
                                   ("opevoo", "cache", "unknown tuner 'opevoo'")):
         with pytest.raises(SystemExit) as e:
@@ -247,8 +247,30 @@ def test_each_command_refuses_a_peer_on_an_objective_it_cannot_tune(tiny, tmp_pa
         assert str(e.value).startswith(f"--tuners: {spec}: ") and rule in str(e.value), e.value
     with pytest.raises(SystemExit):  # the hub's spaces are caches: MetaSchedule has none to tune
         hub.main(["--out", str(tmp_path / "o"), "--rows", str(tmp_path / "r"), "--tuners", "metaschedule"])
-    assert "--tuners: metaschedule: MetaSchedule tunes live kernels" in capsys.readouterr().err
+    assert "--tuners: metaschedule: TVM MetaSchedule tunes live kernels" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_each_peer_is_refused_on_exactly_the_objectives_its_help_leaves_out(capsys):
+    """A peer family's objectives are declared once (``tuner_specs.PEERS``): the check refuses a
+    spec on every other objective, naming the family and the ones it tunes, and both commands'
+    ``--tuners`` help say the same."""
+    specs = ["kt:pso", "optuna:tpe", "metaschedule"]
+    assert [next(p for p in tuner_specs.PEERS if p.names(s)) for s in specs] == list(tuner_specs.PEERS)
+    for spec, peer in zip(specs, tuner_specs.PEERS):
+        for objective in set(tuner_specs.OBJECTIVES) - set(peer.objectives):
+            with pytest.raises(ValueError) as e:
+                tuner_specs.check(spec, objective)
+            assert str(e.value).startswith(f"{spec}: {peer.family} {peer.rule} (--objective ")
+            assert all(o in str(e.value) for o in peer.objectives)
+    with pytest.raises(SystemExit):
+        bench.main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert all(p.describe() in shown for p in tuner_specs.PEERS)
+    with pytest.raises(SystemExit):
+        hub.main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert all((p.describe(False) in shown) == ("cache" in p.objectives) for p in tuner_specs.PEERS)
 
 
 def test_a_change_is_paired_run_by_run_per_slice_and_space(tmp_path, capsys):
