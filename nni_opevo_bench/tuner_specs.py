@@ -44,9 +44,9 @@ PEERS = (
     Peer("Kernel Tuner's strategies", f"kt:NAME ({', '.join(kernel_tuner_strategies.STRATEGIES)})", ("cache",),
          "replay a brute-forced cache only", kernel_tuner_strategies.is_strategy, kernel_tuner_strategies.check,
          "kerneltuner"),
-    Peer("Optuna's samplers", f"optuna:{{{','.join(optuna_peers.SAMPLERS)}}}[:key=value,...]",
-         ("synthetic", "live", "recorded", "cache"), "tune one space, not a network's layers",
-         optuna_peers.is_peer, optuna_peers.check, "optuna"),
+    Peer("Optuna's samplers", f"optuna:{{{','.join(optuna_peers.SAMPLERS)}}}[:key=value,...]", ("cache",),
+         "take NNI's parameter types, not factor or perm, so the caches' spaces only", optuna_peers.is_peer,
+         optuna_peers.check, "optuna"),
     Peer("TVM MetaSchedule", f"{metaschedule.NAME}[:num_trials_per_iter=N]", ("live", "network"),
          "tunes live kernels and networks only", metaschedule.is_peer, metaschedule.options),
 )
@@ -74,7 +74,7 @@ def _check(spec: str, objective: str) -> None:
     peer = next((peer for peer in PEERS if peer.names(spec)), None)
     if peer is not None:
         if objective not in peer.objectives:
-            raise ValueError(f"{peer.family} {peer.rule} (--objective {_either(peer.objectives)})")
+            raise ValueError(f"{peer.family} {peer.rule}: --objective {_either(peer.objectives)}")
         peer.check(spec)
     elif objective == "network":
         catalog.network_class_args(spec, {})

@@ -210,8 +210,9 @@ def test_the_benchmark_command_runs_optuna_samplers_on_a_cache(tiny, tmp_path):
 
 
 def test_the_benchmark_command_refuses_an_optuna_sampler_it_cannot_run_in_one_line(tiny, tmp_path):
+    kernels = "take NNI's parameter types, not factor or perm, so the caches' spaces only: --objective cache"
     refusals = [("optuna:nope", "cache", "unknown Optuna sampler 'nope'"),
-                ("optuna:tpe", "network", "tune one space, not a network's layers")]
+                *(("optuna:tpe", objective, kernels) for objective in ("synthetic", "live", "recorded", "network"))]
     if NO_TORCH:
         refusals.append(("optuna:gp", "cache", "Optuna's GPSampler fits its model with PyTorch: pip install torch"))
     for spec, objective, message in refusals:
@@ -239,7 +240,7 @@ def test_a_peer_whose_package_is_missing_is_refused_in_one_line_by_both_commands
 
 
 def test_each_command_refuses_a_peer_on_an_objective_it_cannot_tune(tiny, tmp_path, capsys):
-    for spec, objective, rule in (("kt:pso", "synthetic", "replay a brute-forced cache only (--objective cache)"),
+    for spec, objective, rule in (("kt:pso", "synthetic", "replay a brute-forced cache only: --objective cache"),
                                   ("metaschedule", "cache", "tunes live kernels and networks only"),
                                   ("opevoo", "cache", "unknown tuner 'opevoo'")):
         with pytest.raises(SystemExit) as e:
@@ -261,7 +262,7 @@ def test_each_peer_is_refused_on_exactly_the_objectives_its_help_leaves_out(caps
         for objective in set(tuner_specs.OBJECTIVES) - set(peer.objectives):
             with pytest.raises(ValueError) as e:
                 tuner_specs.check(spec, objective)
-            assert str(e.value).startswith(f"{spec}: {peer.family} {peer.rule} (--objective ")
+            assert str(e.value).startswith(f"{spec}: {peer.family} {peer.rule}: --objective ")
             assert all(o in str(e.value) for o in peer.objectives)
     with pytest.raises(SystemExit):
         bench.main(["--help"])
