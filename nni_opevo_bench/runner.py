@@ -28,7 +28,7 @@ from nni_opevo import catalog
 from nni_opevo.testing.dispatch import Trial, drive
 from trial_code import forked, networks
 
-from . import kernel_tuner_strategies, metaschedule, network_end_to_end, optuna_peers
+from . import kernel_tuner_strategies, metaschedule, network_end_to_end, optuna_peers, tuner_specs
 from .objectives import Cache, Live, Network, Objective, config_key
 from .table import read_rows
 
@@ -230,13 +230,13 @@ def _one_metaschedule(plan: Plan, objective: Objective, spec: str, seed: int, wr
                       handle: TextIO, bar: Progress, label: str, out: Path) -> None:
     started = time.time()
     scheduled = None
+    tuner_specs.check(spec, objective.kind)  # a plan made in code meets the rule a command line does
     if isinstance(objective, Network):
         measured, scheduled = metaschedule.run_network(objective.layers, objective.device, objective.limits, spec,
                                                        seed, plan.budget)
-    elif isinstance(objective, Live):
-        measured = metaschedule.run(objective.operator, objective.device, objective.limits, spec, seed, plan.budget)
     else:
-        raise ValueError(f"{spec}: MetaSchedule tunes live kernels and networks only, not {objective.kind}")
+        assert isinstance(objective, Live)
+        measured = metaschedule.run(objective.operator, objective.device, objective.limits, spec, seed, plan.budget)
     previous = batch_start = 0.0  # a candidate's result is known when its batch is measured
     for index, m in enumerate(measured):
         if m.finished_s != previous:

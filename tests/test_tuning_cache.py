@@ -122,6 +122,17 @@ def test_a_plans_prior_measurements_are_told_to_the_tuner_and_never_written(tmp_
     assert sorted(map(json.dumps, measured)) == sorted(json.dumps(c) for c in configs[5:])
 
 
+
+def test_a_plan_made_in_code_meets_the_peers_rules_as_a_command_line_does(tmp_path):
+    """MetaSchedule asked for a cache's space by a ``Plan`` (as the hub and the campaign make
+    them, past the command line's check) is refused with the same line, and nothing measured."""
+    from nni_opevo_bench.runner import Plan, run
+
+    objective = Cache(str(write_cache(tmp_path / "tiny.json.gz")))
+    with pytest.raises(ValueError, match="^metaschedule: TVM MetaSchedule tunes live kernels and networks only"):
+        run(Plan([objective], ["metaschedule"], [0], 3, 1), tmp_path / "trials.csv", progress=False)
+    assert not (tmp_path / "trials.csv").exists() or len((tmp_path / "trials.csv").read_text().splitlines()) <= 1
+
 def test_a_kernel_tuner_strategy_needs_a_cache_and_a_known_name(tmp_path):
     with pytest.raises(SystemExit, match="replay a brute-forced cache only: --objective cache"):
         main(["--objective", "synthetic", "--tuners", "kt:random_sample", "--out", str(tmp_path), "--no-progress"])
