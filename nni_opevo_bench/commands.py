@@ -10,5 +10,6 @@ COMMANDS = {
     "campaign": ("nni_opevo_bench.campaign", "the GPU campaign: correctness, vendor anchors, comparison, throughput"),
     "hub": ("nni_opevo_bench.hub", "every tuner on the brute-forced spaces: 1 and 8 in flight, constrained and free"),
     "change": ("nni_opevo_bench.change", "a search change's effect: one tuner's runs in two hub fractions.csv.gz, paired"),
+    "vendor-ratio": ("nni_opevo_bench.vendor_ratio", "an exported kernel against its vendor library, again and again"),
     "operators": ("nni_opevo_bench.operators", "users' operators on the CPU against MetaSchedule and their libraries"),
 }
