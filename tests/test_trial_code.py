@@ -477,6 +477,75 @@ def test_a_busy_machine_gets_no_ratio_to_the_vendor_library(tmp_path):
     assert any(c.busy for c in found), [c.ratios for c in found]
 
 
+
+def _pinned_thread(core, stop):
+    """A thread pinned to ``core``, as TVM's CPU runtime pins each worker of its pool."""
+    import threading
+
+    ready = threading.Event()
+
+    def body():
+        os.sched_setaffinity(0, {core})
+        ready.set()
+        stop.wait()
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    ready.wait()
+    return thread
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_the_caller_of_a_cpu_kernel_is_kept_off_the_cores_of_pinned_threads():
+    """``targets.off_pinned_cores``: within the block the calling thread may run on every core it
+    had but those another thread is pinned to, and on all of them again after it; where that
+    would leave it none, nothing changes."""
+    import threading
+
+    allowed = os.sched_getaffinity(0)
+    stop = threading.Event()
+    pinned = _pinned_thread(max(allowed), stop)
+    try:
+        with targets.off_pinned_cores():
+            assert os.sched_getaffinity(0) == allowed - {max(allowed)}
+        assert os.sched_getaffinity(0) == allowed
+        os.sched_setaffinity(0, {max(allowed)})
+        try:
+            with targets.off_pinned_cores():  # the pinned thread's core is all it has
+                assert os.sched_getaffinity(0) == {max(allowed)}
+        finally:
+            os.sched_setaffinity(0, allowed)
+    finally:
+        stop.set()
+        pinned.join()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_the_vendor_comparison_times_a_cpu_kernel_off_the_cores_of_its_runtimes_pinned_threads():
+    """``anchor.compare`` on the CPU: every timed call of the kernel runs off the core a worker
+    thread is pinned to (TVM's pool pins its workers; the caller woke on their core and halved the
+    kernel's speed for many rounds), and the library's calls run where the process may."""
+    import threading
+
+    from trial_code import anchor
+
+    allowed = os.sched_getaffinity(0)
+    seen = []
+    stop = threading.Event()
+    pinned = _pinned_thread(max(allowed), stop)
+    try:
+        comparison = anchor.compare(workloads.lookup("MM_small"), kernel.for_host(CPU),
+                                    lambda: seen.append(os.sched_getaffinity(0)), lambda: None, rounds=2,
+                                    min_repeat_ms=1)
+    finally:
+        stop.set()
+        pinned.join()
+    assert comparison is not None and len(comparison.ratios) == 2 and os.sched_getaffinity(0) == allowed
+    free = allowed - {max(allowed)}
+    windows = seen[seen.index(free):]  # after the calls that size a window, every call of the rounds
+    assert len(windows) >= 2 and all(cores == free for cores in windows) and set(map(frozenset, seen)) == {
+        frozenset(allowed), frozenset(free)}
+
 def test_a_cpu_trial_loads_tvm_without_pytorch_and_leaves_it_importable(tmp_path, monkeypatch):
     """tvm_ffi imports PyTorch whenever it is installed, seconds of every CPU trial inside the
     device lock: the worker keeps it out of TVM's import, and the user's operator module, imported

@@ -18,6 +18,7 @@ other work, one-shot timings of the same 256^3 MatMul gave 0.03x and 59x).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .device_lock import exclusive
-from .targets import Target
+from .targets import Target, off_pinned_cores
 from .templates import for_workload
 from .workloads import Workload
 
@@ -232,10 +233,16 @@ def compare(workload: Workload, target: Target, kernel: Callable[[], Any], kerne
     if library is None:
         return None
     flops = for_workload(workload).flops(workload)
+
+    def kernel_window(number: int) -> float:
+        # On the CPU, off the cores TVM's pool has pinned its workers to (``targets.off_pinned_cores``).
+        with off_pinned_cores() if target.kind == "llvm" else contextlib.nullcontext():
+            return _seconds_per_run(kernel, kernel_sync, number, SETTLE_S)
+
     with exclusive(target.device, lock_timeout):
         numbers = (_runs_per_window(kernel, kernel_sync, min_repeat_ms),
                    _runs_per_window(library.run, library.sync, min_repeat_ms))
-        pairs = [(_seconds_per_run(kernel, kernel_sync, numbers[0], SETTLE_S),
-                  _seconds_per_run(library.run, library.sync, numbers[1], SETTLE_S)) for _ in range(rounds)]
+        pairs = [(kernel_window(numbers[0]), _seconds_per_run(library.run, library.sync, numbers[1], SETTLE_S))
+                 for _ in range(rounds)]
     return Comparison(library.name, flops / statistics.median(v for _, v in pairs) / 1e12,
                       flops / statistics.median(k for k, _ in pairs) / 1e12, [v / k for k, v in pairs])

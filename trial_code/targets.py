@@ -6,10 +6,13 @@ checks, so infeasible configurations are rejected in milliseconds, before any bu
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
 import re
+import threading
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -117,6 +120,42 @@ def import_tvm() -> Any:
     import tvm
 
     return tvm
+
+
+@contextlib.contextmanager
+def off_pinned_cores() -> Iterator[None]:
+    """The calling thread kept, within the block, off the cores another thread of this process is
+    pinned to (Linux; elsewhere, or where that would leave it no core, nothing changes).
+
+    TVM's CPU runtime pins each worker thread of its pool to a core of its own and leaves the
+    thread that calls a kernel, which does the first share of the work, free to run anywhere. A
+    caller that sleeps between calls (``anchor.compare``'s pauses) was woken on a pinned worker's
+    core for many windows running, and the kernel ran at half speed on the 2-core machine while
+    the library it was set against did not: a ratio of 0.6 where the kernel was 1.2x OpenBLAS,
+    its rounds agreeing (docs/decisions.md)."""
+    try:
+        allowed = os.sched_getaffinity(0)
+        me = threading.get_native_id()
+        pinned: set[int] = set()
+        for task in map(int, os.listdir("/proc/self/task")):
+            try:
+                cores = os.sched_getaffinity(task) if task != me else allowed
+            except OSError:  # the thread ended meanwhile
+                continue
+            if len(cores) == 1 and task != me:
+                pinned |= cores
+    except (AttributeError, OSError):  # not Linux
+        yield
+        return
+    free = allowed - pinned
+    if not free or free == allowed:
+        yield
+        return
+    os.sched_setaffinity(0, free)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 def cpu() -> Target:
