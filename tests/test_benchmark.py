@@ -198,3 +198,31 @@ def test_a_band_leaves_out_the_trials_where_a_seed_has_nothing_yet(tmp_path):
     line = ax.lines[0].get_ydata()
     assert np.isnan(line[:2]).all() and line[2] == 1.25
     save(fig, tmp_path / "band.png")
+
+
+@pytest.mark.slow(seconds=15)
+def test_the_vendor_ratio_command_compares_an_export_again_and_again(tmp_path, capsys):
+    """``nni-opevo vendor-ratio``: each comparison's ratio or "busy", then how many were given;
+    a folder without an export is named in one line."""
+    from feasible import feasible
+
+    from nni_opevo_bench import vendor_ratio
+    from nni_opevo_tools.best import Best
+    from trial_code import kernel, targets, workloads
+
+    workload = workloads.lookup("MM_small")
+    target = kernel.for_host(targets.cpu())
+    params = feasible(workload, target, seed=2)
+    kernel.build(kernel.scheduled(workload, params, target), target).export_library(str(tmp_path / "best.so"))
+    Best(experiment="e", trial_command="python3 -m trial_code.trial --workload MM_small --target cpu",
+         workload=workload.to_json(), target=target.to_json(), parameter_id=0, parameters=params, reported=None,
+         remeasured=None, not_remeasured="made by the test", source=None, ranking=[], library="best.so").write(
+        str(tmp_path))
+    vendor_ratio.main([str(tmp_path), "--times", "2", "--min-repeat-ms", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[:2]] == ["1/2", "2/2"] and all("rounds" in line for line in lines[:2])
+    given = sum("busy" not in line for line in lines[:2])
+    assert lines[2].startswith("NumPy (") and f"): a ratio given in {given} of 2 comparisons" in lines[2]
+    with pytest.raises(SystemExit):
+        vendor_ratio.main([str(tmp_path / "nowhere")])
+    assert "export: " in capsys.readouterr().err
