@@ -200,7 +200,7 @@ def test_a_band_leaves_out_the_trials_where_a_seed_has_nothing_yet(tmp_path):
     save(fig, tmp_path / "band.png")
 
 
-@pytest.mark.slow(seconds=15)
+@pytest.mark.slow(seconds=20)
 def test_the_vendor_ratio_command_compares_an_export_again_and_again(tmp_path, capsys):
     """``nni-opevo vendor-ratio``: each comparison's ratio or "busy", then how many were given;
     a folder without an export is named in one line."""
