@@ -4,8 +4,8 @@ comparison's ratio printed or why none was given, then how the given ratios spre
 
     nni-opevo vendor-ratio ~/nni-experiments/<id>/export --times 20
 
-Prints figures; it asserts nothing. A ratio is given when a comparison's rounds agree
-(``anchor.BUSY_SPREAD``): the count of ratios given says how often a user is told the machine
+Prints figures; it asserts nothing. A ratio is given when each side's median round is near its
+fastest (``anchor.BUSY_SPREAD``): the count of ratios given says how often a user is told the machine
 was busy, and a given ratio far from the others' median is one a user would have been told
 wrongly (``--far``).
 """
@@ -45,10 +45,10 @@ def main(argv: list[str] | None = None) -> None:
         comparison = versus_vendor(os.path.join(folder, best.library), workload, target, options)
         if comparison is None:
             raise SystemExit(f"{workload.name} has no vendor library on {target.kind}")
-        low, high = comparison.quartiles
+        kernel, library = comparison.spreads
         shown = "busy" if comparison.busy else f"{comparison.ratio:.3f}x"
-        print(f"{index + 1:>4}/{args.times} {shown:>8}  quartiles {low:.3f}-{high:.3f}  rounds "
-              + " ".join(f"{r:.2f}" for r in comparison.ratios), flush=True)
+        print(f"{index + 1:>4}/{args.times} {shown:>8}  median rounds {kernel:.0%} and {library:.0%} above the "
+              "fastest  rounds " + " ".join(f"{r:.2f}" for r in comparison.ratios), flush=True)
         if not comparison.busy:
             given.append(comparison.ratio)
     print(f"{comparison.library}: a ratio given in {len(given)} of {args.times} comparisons", end="")

@@ -43,8 +43,9 @@ class Best:
     """Every configuration considered: parameter id, reported and re-measured TFLOPS, status."""
     anchor: dict[str, Any] | None = None
     """The winner against the vendor library, timed interleaved in the same process
-    (``anchor.Comparison``: its rounds' ratios, and whether the machine was too busy for one), or
-    null where there is none (Conv2D on the CPU, a GPU experiment read where no GPU is visible)."""
+    (``anchor.Comparison``: each side's rounds, the ratio, and whether the machine was too busy for
+    one), or null where there is none (Conv2D on the CPU, a GPU experiment read where no GPU is
+    visible)."""
     separation: dict[str, Any] | None = None
     """Whether the winner beat the runner-up beyond noise (``remeasure.separation``), or null."""
     library: str | None = None
@@ -62,7 +63,8 @@ class Best:
         """One line for the terminal: the winner's speed and how trustworthy it is."""
         if self.remeasured is not None:
             r = self.remeasured
-            versus = f"; {Comparison.from_json(self.anchor).versus()}" if self.anchor else ""
+            # An export of an earlier version kept its comparison's rounds as ratios alone: not shown.
+            versus = f"; {Comparison.from_json(self.anchor).versus()}" if self.anchor and "kernel_s" in self.anchor else ""
             tie = ""
             if self.separation and not self.separation["separated"]:
                 tie = (f"; not faster than parameter {self.separation['runner_up']} beyond noise (Mann-Whitney "

@@ -12,8 +12,10 @@ holding the device's measurement lock, so it never overlaps a trial's measuremen
 
 ``compare`` sets a built kernel against the library the way a ratio can be trusted: both timed
 in the same process, interleaved, round after round, so a load that comes and goes hits both
-alike; the ratio is the median of the rounds' ratios. When the rounds' ratios spread wider than
-``BUSY_SPREAD`` the machine was too busy for a ratio, and none is given (on a 2-core machine with
+alike; the ratio is that of the two sides' median rounds. Other work on the cores only ever
+slows a round, and a side's median round stands for its idle speed while fewer than half of its
+rounds were slowed: so where a side's median round is more than ``BUSY_SPREAD`` slower than its
+fastest, the machine was too busy for a ratio, and none is given (on a 2-core machine with
 other work, one-shot timings of the same 256^3 MatMul gave 0.03x and 59x).
 """
 from __future__ import annotations
@@ -34,11 +36,11 @@ from .templates import for_workload
 from .workloads import Workload
 
 BUSY_SPREAD = 0.1
-"""The widest interquartile range of the rounds' ratios, relative to their median, a ratio is
-reported with. Idle, the development machine (2 shared vCPUs) gives MM_small against OpenBLAS
-rounds within a few percent but for a stray round at half speed, which the quartiles ignore;
-with a process spinning on every core the quartiles of the same rounds lie 30 % to 10x apart
-(``tests/test_trial_code.py``), and no single ratio stands for them."""
+"""How much slower than its fastest round a side's median round may be for a ratio to be given.
+Idle, the development machine (2 shared vCPUs) runs MM_small and OpenBLAS within a few percent
+of their fastest rounds but for stray rounds at half speed (a fifth of OpenBLAS's on a noisy
+day, which the medians ignore); with a process spinning on every core the same rounds lie 30 %
+to 10x apart (``tests/test_trial_code.py``), and no single ratio stands for them."""
 ROUNDS = 7
 
 
@@ -55,44 +57,61 @@ class Anchor:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A kernel against the vendor library, timed interleaved (``compare``)."""
+    """A kernel against the vendor library, timed interleaved (``compare``): each round's window
+    of each side, in seconds per call."""
 
     library: str
-    vendor_tflops: float
-    """Median over the rounds."""
-    kernel_tflops: float
-    ratios: list[float]
-    """Each round's kernel TFLOPS / library TFLOPS."""
+    flops: float
+    kernel_s: list[float]
+    library_s: list[float]
 
     @property
-    def quartiles(self) -> tuple[float, float]:
-        low, high = np.percentile(self.ratios, [25, 75])
-        return float(low), float(high)
+    def kernel_tflops(self) -> float:
+        return self.flops / statistics.median(self.kernel_s) / 1e12
 
     @property
-    def busy(self) -> bool:
-        low, high = self.quartiles
-        return (high - low) / self.ratio > BUSY_SPREAD
+    def vendor_tflops(self) -> float:
+        return self.flops / statistics.median(self.library_s) / 1e12
 
     @property
     def ratio(self) -> float:
-        return statistics.median(self.ratios)
+        """The kernel's speed over the library's, their median rounds'."""
+        return statistics.median(self.library_s) / statistics.median(self.kernel_s)
+
+    @property
+    def ratios(self) -> list[float]:
+        """Each round's kernel speed over the library's."""
+        return [library / kernel for kernel, library in zip(self.kernel_s, self.library_s)]
+
+    @property
+    def spreads(self) -> tuple[float, float]:
+        """How much slower than its fastest round the kernel's median round is, and the library's."""
+        def spread(rounds: list[float]) -> float:
+            return statistics.median(rounds) / min(rounds) - 1
+
+        return spread(self.kernel_s), spread(self.library_s)
+
+    @property
+    def busy(self) -> bool:
+        return max(self.spreads) > BUSY_SPREAD
 
     def versus(self) -> str:
-        """'1.28x NumPy (OpenBLAS) at 171.8 GFLOPS (quartiles 1.25-1.31 of 7 interleaved rounds)', or why not."""
-        low, high = self.quartiles
-        spread = f"quartiles {low:.2f}-{high:.2f} of {len(self.ratios)} interleaved rounds"
+        """'1.28x NumPy (OpenBLAS) at 171.8 GFLOPS (median rounds of 7, 2% and 4% above each side's
+        fastest)', or why not."""
+        kernel, library = self.spreads
+        rounds = f"median rounds of {len(self.kernel_s)}, {kernel:.0%} and {library:.0%} above each side's fastest"
         if self.busy:
-            return (f"no ratio to {self.library}: the machine was busy (the ratios' {spread} lie more than "
-                    f"{BUSY_SPREAD:.0%} of their median apart); compare again when it is idle")
-        return f"{self.ratio:.2f}x {self.library} at {self.vendor_tflops * 1e3:.1f} GFLOPS ({spread})"
+            return (f"no ratio to {self.library}: the machine was busy (interleaved, the kernel's and the library's "
+                    f"{rounds}, more than {BUSY_SPREAD:.0%}); compare again when it is idle")
+        return f"{self.ratio:.2f}x {self.library} at {self.vendor_tflops * 1e3:.1f} GFLOPS ({rounds})"
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "busy": self.busy, "ratio": None if self.busy else self.ratio}
+        return {**asdict(self), "kernel_tflops": self.kernel_tflops, "vendor_tflops": self.vendor_tflops,
+                "busy": self.busy, "ratio": None if self.busy else self.ratio}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> Comparison:
-        return Comparison(data["library"], data["vendor_tflops"], data["kernel_tflops"], list(data["ratios"]))
+        return Comparison(data["library"], data["flops"], list(data["kernel_s"]), list(data["library_s"]))
 
 
 @dataclass(frozen=True)
@@ -244,5 +263,4 @@ def compare(workload: Workload, target: Target, kernel: Callable[[], Any], kerne
                    _runs_per_window(library.run, library.sync, min_repeat_ms))
         pairs = [(kernel_window(numbers[0]), _seconds_per_run(library.run, library.sync, numbers[1], SETTLE_S))
                  for _ in range(rounds)]
-    return Comparison(library.name, flops / statistics.median(v for _, v in pairs) / 1e12,
-                      flops / statistics.median(k for k, _ in pairs) / 1e12, [v / k for k, v in pairs])
+    return Comparison(library.name, flops, [k for k, _ in pairs], [v for _, v in pairs])
