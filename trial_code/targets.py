@@ -138,11 +138,13 @@ def off_pinned_cores() -> Iterator[None]:
         me = threading.get_native_id()
         pinned: set[int] = set()
         for task in map(int, os.listdir("/proc/self/task")):
+            if task == me:
+                continue
             try:
-                cores = os.sched_getaffinity(task) if task != me else allowed
+                cores = os.sched_getaffinity(task)
             except OSError:  # the thread ended meanwhile
                 continue
-            if len(cores) == 1 and task != me:
+            if len(cores) == 1:
                 pinned |= cores
     except (AttributeError, OSError):  # not Linux
         yield
