@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from nni_experiment import free_port
 
 import nni_opevo
 from nni_opevo_tools.console import commands
@@ -62,7 +63,8 @@ def test_every_help_prints_help_and_does_nothing_else(command, tmp_path):
     (["launch", "--workload", "", "--target", "cpu"], "unknown workload ''"),
 ], ids=["command", "spaces-workload", "trial-workload", "tuner", "network", "export", "empty-name", "launch-empty"])
 def test_a_mistake_is_one_line_with_a_non_zero_status(args, message, tmp_path):
-    failed = _run(args, tmp_path)
+    # On a port of its own: the launcher refuses a busy port first (the README's main job keeps 8080).
+    failed = _run(args + (["--port", str(free_port())] if args[0] == "launch" else []), tmp_path)
     assert failed.returncode != 0 and message in failed.stderr, failed.stderr
     assert len(failed.stderr.strip().splitlines()) == 1 and "Traceback" not in failed.stderr
     assert not (tmp_path / "experiments").exists()

@@ -217,8 +217,8 @@ def test_a_malformed_operator_is_refused_in_one_line(tmp_path, monkeypatch, spec
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
     with pytest.raises(SystemExit) as refused:
-        launch.main(["--operator", spec, "--target", "cpu", *(["--shape", *(f"{k}={v}" for k, v in shape.items())]
-                                                               if shape else [])])
+        launch.main(["--operator", spec, "--target", "cpu", "--port", str(free_port()),
+                     *(["--shape", *(f"{k}={v}" for k, v in shape.items())] if shape else [])])
     text = str(refused.value)
     assert message in text and "\n" not in text and text.startswith("cannot generate the experiment: ")
     assert not (tmp_path / "experiments").exists()
@@ -226,8 +226,8 @@ def test_a_malformed_operator_is_refused_in_one_line(tmp_path, monkeypatch, spec
 
 def test_the_launcher_refuses_a_broken_operator_without_a_traceback(tmp_path):
     (tmp_path / "broken.py").write_text("import not_a_module_anywhere\n")
-    found = subprocess.run([*CLI, "launch", "--operator", "broken:op", "--target", "cpu"], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=120)
+    found = subprocess.run([*CLI, "launch", "--operator", "broken:op", "--target", "cpu", "--port", str(free_port())],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert found.returncode == 1 and "Traceback" not in found.stderr
     assert found.stderr.strip() == ("cannot generate the experiment: operator broken:op: importing broken failed "
                                     "(ModuleNotFoundError: No module named 'not_a_module_anywhere')")
