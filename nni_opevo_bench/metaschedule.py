@@ -87,9 +87,21 @@ class Measured:
     task: str = ""  # the network layer it belongs to (empty for a single workload)
 
 
+def prepare_builder() -> None:
+    """The builder pool's initializer (a module-level function): the tensor intrinsics loaded, and
+    ``exp``, ``erf`` and whole powers lowered as the trials' kernels lower them
+    (``trial_code.fast_math``), so that the two are compared on their schedules alone."""
+    import tvm
+
+    from trial_code import fast_math
+
+    load_tensor_intrinsics()
+    fast_math.register(tvm)
+
+
 def load_tensor_intrinsics() -> None:
     """Import ``tvm.s_tir.tensor_intrin`` with ``inspect.stack`` answering from the frames alone
-    (see the module docstring); the builder pool's initializer, hence a module-level function."""
+    (see the module docstring)."""
     saved = inspect.stack
     inspect.stack = _frames
     try:
@@ -172,7 +184,7 @@ def _tune(tasks: list[tuple[str, Workload, int]], target: Target, limits: Limits
         database = ms.tune_tasks(tasks=contexts, task_weights=[float(count) for _, _, count in tasks], work_dir=work_dir,
                       max_trials_global=budget, num_trials_per_iter=settings["num_trials_per_iter"],
                       builder=ms.builder.LocalBuilder(timeout_sec=limits.build_timeout,
-                                                                initializer=load_tensor_intrinsics), runner=runner,
+                                                                initializer=prepare_builder), runner=runner,
                       database="memory", measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
                                                             Record()], task_scheduler="gradient")
         best = {}
