@@ -460,12 +460,32 @@ def _schedule_rows_cpu(sch: Any, stages: _Stages, found: Structure, params: dict
     sch.parallel(parallel)
     for block in [*reversed(stages.after[:-1]), stages.main, *reversed(stages.before)]:
         sch.compute_at(block, parallel)
+    for block in stages.before:
+        _reduce_rows_in_vectors(sch, block, parallel, params[f"tile_{spatial[-1].name}"][2])
     main_loops = loops_below(sch, stages.main, parallel)
     if len(main_loops) == len(found.axes):  # unit axes leave no loop: such a tile stays as it is
         _, middle = _tile_cpu(sch, stages.main, main_loops, found, params, slice(1, None))
         first_reduction = next(i for i, name in enumerate(params["order"]) if name in {a.name for a in found.reductions})
         sch.decompose_reduction(stages.main, middle[first_reduction])
     _vectorize_last(sch, output, parallel, 0)
+
+
+def _reduce_rows_in_vectors(sch: Any, block: Any, anchor: Any, lanes: int) -> None:
+    """A reduction before the main stage (a row's maximum, its mean) run for ``lanes`` rows at a
+    time, one vector lane each, as the main stage's register tile runs them: a row's terms are
+    then summed in ``lanes`` independent chains, not one."""
+    loops = loops_below(sch, block, anchor)
+    kinds = [int(iv.iter_type) for iv in sch.get(block).iter_vars]
+    if lanes <= 1 or len(loops) != len(kinds) or kinds[0] != SPATIAL or REDUCE not in kinds:
+        return
+    row = max(i for i, kind in enumerate(kinds) if kind == SPATIAL)
+    if int(sch.get(loops[row]).extent) % lanes:
+        return
+    outer, inner = sch.split(loops[row], [None, lanes])
+    reductions = [loop for loop, kind in zip(loops, kinds) if kind == REDUCE]
+    sch.reorder(outer, *reductions, inner)
+    sch.vectorize(inner)
+    sch.decompose_reduction(block, reductions[0])
 
 
 def _row_loops(sch: Any, output: Any, spatial: list[Axis]) -> list[Any]:
