@@ -29,15 +29,16 @@ MAX_EXPONENT = 8
 PRIORITY = 20
 """Above TVM's own lowerings (priority 10), which these thus replace."""
 
-EXP_LOW, EXP_HIGH = -104.0, 88.7228
-"""Below ``EXP_LOW`` float32's exp is 0 (its least subnormal is exp(-103.28)); above ``EXP_HIGH``
-(ln of the largest float32) it is infinite."""
+EXP_LOW, EXP_HIGH = -104.0, 89.0
+"""The arguments are clamped to these: float32's exp of the one is 0 (its least subnormal is
+exp(-103.28)) and of the other infinite (ln of the largest float32 is 88.7228), so the polynomial
+gives every argument beyond them its answer too."""
 LN2_HIGH, LN2_LOW = 0.693359375, -2.12194440e-4
 """ln 2 in two parts (Cody and Waite): ``n * LN2_HIGH`` is exact for the ``n`` that occur, so the
 reduced argument keeps float32's precision."""
 EXP_TAYLOR = tuple(1 / math.factorial(k) for k in range(8))
 """exp(f) for |f| <= ln(2) / 2 by its Taylor polynomial of degree 7: the remainder, below
-f^8 / 8!, is under a hundredth of float32's unit in the last place."""
+f^8 / 8!, is under a tenth of float32's unit in the last place."""
 ERF_CLAMP = 4.0
 """float32's erf is +-1 beyond +-3.92."""
 ERF_NUMERATOR = (1.128379095, 0.20728615878, 0.051546987813, 0.0039984894399, 0.00014753761935,
@@ -140,10 +141,7 @@ def lower_exp(call: Any) -> Any:
     f = (reduced - n * tirx.const(LN2_HIGH, "float32")) - n * tirx.const(LN2_LOW, "float32")
     whole = tirx.Cast(integer, n)
     half = tirx.shift_right(whole, tirx.const(1, "int32"))
-    value = _horner(EXP_TAYLOR, f) * _power_of_two(half, dtype) * _power_of_two(whole - half, dtype)
-    value = tirx.Select(x < EXP_LOW, _const(0.0, dtype), value)
-    value = tirx.Select(x > EXP_HIGH, _const(math.inf, dtype), value)
-    return _with_nan(x, value)
+    return _with_nan(x, _horner(EXP_TAYLOR, f) * _power_of_two(half, dtype) * _power_of_two(whole - half, dtype))
 
 
 def _power_of_two(n: Any, dtype: str) -> Any:
