@@ -90,6 +90,26 @@ def test_a_normalizations_first_reductions_run_a_row_per_vector_lane(name, param
     assert innermost.kind == kernel.tvm.tirx.ForKind.VECTORIZED and int(innermost.extent) == 8
 
 
+def test_a_stage_that_several_stages_read_is_computed_once_or_in_each_as_the_knob_says():
+    """Softmax's exponentials are read by their sum and by the division: ``compute_once`` (CPU only)
+    keeps them as a stage of their own or inlines them into both; each way matches the reference."""
+    from tvm import s_tir
+
+    workload, cpu = _example("softmax"), targets.cpu()
+    template = for_workload(workload)
+    assert template.space(workload, "cpu")["compute_once"] == {"_type": "choice", "_value": [0, 1]}
+    assert "compute_once" not in template.space(workload, "cuda")
+    layer_norm = _example("layer_norm")
+    assert "compute_once" not in for_workload(layer_norm).space(layer_norm, "cpu")
+    params = {"tile_i0": [2, 4, 8], "tile_k": [16, 8], "order": ["i0", "k"]}
+    for once in (0, 1):
+        sch = s_tir.Schedule(kernel.scheduled(workload, {**params, "compute_once": once}, cpu))
+        names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+        assert ("T_softmax_exp" in names) == bool(once), names
+        result = evaluate(workload, {**params, "compute_once": once}, cpu, Limits(repeat=2, min_repeat_ms=5))
+        assert result.status.name == "NO_ERROR", result.error
+
+
 def test_the_guides_operator_tunes_as_written(tmp_path, monkeypatch):
     """docs/your-operator.md's module, copied as it stands: a configuration of its derived space
     builds, runs and matches its reference."""

@@ -15,7 +15,9 @@ The main stage's axes give the search space, in the shape of the built-in GEMM a
   loops. The register tile's last axis is vectorized, the others unrolled, and it accumulates in
   a buffer of its own at the innermost cache-block loop above the first reduction (the stages
   after the main one take its place when there are any). For a MatMul this is the hand-written
-  GEMM template's loop nest exactly (``tests/test_operators.py``).
+  GEMM template's loop nest exactly (``tests/test_operators.py``). Where several stages read one
+  element-wise stage (softmax's exponentials), ``compute_once`` chooses between computing it
+  once per parallel tile into a buffer and inlining it into each reader.
 - CUDA: each spatial axis split in 4 (blocks, virtual threads, threads, per-thread tile) and
   each reduction axis in 3 (shared-memory stage, register stage, inner); ``inner_order``
   permutes the per-thread loops, ``shared`` stages the inputs' tiles in shared memory filled by
@@ -99,6 +101,9 @@ class Structure:
     rows: bool
     """Reductions before the main stage and stages after it that read them (a normalization):
     scheduled row by row (``_schedule_rows_cpu``, ``_schedule_rows_cuda``)."""
+    shared: bool
+    """An element-wise stage that several stages read (softmax's exponentials): on the CPU the
+    ``compute_once`` knob computes it once into a buffer (1) or inlines it into each reader (0)."""
     identity: str
     """A digest of the computation (its TIR) and its reference's source: the inputs' cache key."""
 
@@ -147,7 +152,10 @@ class DerivedTemplate(Template):
             for a in found.axes}
         names = [a.name for a in found.axes]
         if not cuda:
-            return {**space, "order": {"_type": "perm", "_value": names}}
+            space["order"] = {"_type": "perm", "_value": names}
+            if found.shared:
+                space["compute_once"] = {"_type": "choice", "_value": [0, 1]}
+            return space
         if found.rows:  # blocks, threads, rows per thread: each thread reduces its rows alone
             return {**{f"tile_{a.name}": {"_type": "factor", "_value": [a.extent, 3]} for a in found.spatial},
                     "unroll": {"_type": "discrete", "_value": list(UNROLL_STEPS)}}
@@ -172,6 +180,8 @@ class DerivedTemplate(Template):
         spatial = [a.name for a in found.spatial]
         if not cuda:
             order(params, "order", names)
+            if found.shared:
+                one_of(params, "compute_once", (0, 1))
             if spatial:
                 check_cpu_vector(f"tile_{spatial[-1]}", tiles[spatial[-1]][2])
                 check_cpu_unroll("the register tile of the other spatial axes",
@@ -192,7 +202,9 @@ class DerivedTemplate(Template):
     # -- the schedule ------------------------------------------------------------------------------
     def schedule(self, sch: Any, workload: Workload, params: dict[str, Any], target: Target) -> None:
         found = self.structure(workload)
-        stages = _stages(sch, keep_input_stages=target.kind != "cuda" or bool(params.get("shared")))
+        cpu = target.kind != "cuda"
+        stages = _stages(sch, keep_input_stages=cpu or bool(params.get("shared")),
+                         keep_shared=cpu and bool(params.get("compute_once")))
         if target.kind == "cuda":
             _schedule_cuda(sch, stages, found, params)
         else:
@@ -292,7 +304,8 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     except (OSError, TypeError):
         reference_source = repr(reference)
     identity = hashlib.sha256((function.script() + reference_source).encode()).hexdigest()[:24]
-    return Structure(tuple(axes), tuple(footprints.values()), bool(stages.before and stages.after), identity)
+    return Structure(tuple(axes), tuple(footprints.values()), bool(stages.before and stages.after), bool(stages.shared),
+                     identity)
 
 
 def _safe(name: str, position: int, seen: set[str]) -> str:
@@ -305,7 +318,7 @@ def _safe(name: str, position: int, seen: set[str]) -> str:
 class _Stages:
     main: Any
     before: list[Any]
-    """Stages before the main one that could not be inlined (reductions), in order."""
+    """Stages before the main one that are not inlined (reductions, shared stages kept), in order."""
     after: list[Any]
     """Stages after it (they read what it produced), in order; the last is the output."""
     kept: list[Any]
@@ -313,19 +326,26 @@ class _Stages:
     inlined into the main stage, their guard would sit in its innermost loop (no vector loads on
     the CPU) and leave TVM unable to bound a shared-memory copy's footprint (CUDA). The CPU
     computes them per parallel tile; CUDA's shared-memory copies absorb them."""
+    shared: list[str]
+    """Element-wise stages that several stages read, inlined or not (``keep_shared``)."""
 
 
-def _stages(sch: Any, keep_input_stages: bool = False) -> _Stages:
+def _stages(sch: Any, keep_input_stages: bool = False, keep_shared: bool = False) -> _Stages:
     """Inline every element-wise stage that is not the output (but, with ``keep_input_stages``,
-    those that ``_Stages.kept`` describes), then name the main stage."""
+    those that ``_Stages.kept`` describes, and with ``keep_shared`` those that several stages read:
+    computed once, not once per reader), then name the main stage."""
     root = sch.get_sblock("root")
     blocks = list(sch.get_child_blocks(root))
-    reducing = [b for b in blocks if any(int(iv.iter_type) == REDUCE for iv in sch.get(b).iter_vars)]
+    reducing = [b for b in blocks if _reduces(sch, b)]
     main = reducing[-1] if reducing else blocks[-1]
-    kept = []
+    kept, shared = [], []
     for block in blocks[:-1]:
-        if block.same_as(main) or any(int(iv.iter_type) == REDUCE for iv in sch.get(block).iter_vars):
+        if block.same_as(main) or _reduces(sch, block):
             continue
+        if len(sch.get_consumers(block)) > 1:
+            shared.append(sch.get(block).name_hint)
+            if keep_shared:
+                continue
         if keep_input_stages and not sch.get_producers(block) and \
                 [sch.get(c).name_hint for c in sch.get_consumers(block)] == [sch.get(main).name_hint]:
             kept.append(block)
@@ -338,7 +358,8 @@ def _stages(sch: Any, keep_input_stages: bool = False) -> _Stages:
     names = [sch.get(b).name_hint for b in blocks]
     at = names.index(sch.get(main).name_hint)
     kept_names = {sch.get(b).name_hint for b in kept}
-    return _Stages(main, [b for b in blocks[:at] if names[blocks.index(b)] not in kept_names], blocks[at + 1:], kept)
+    return _Stages(main, [b for b in blocks[:at] if names[blocks.index(b)] not in kept_names], blocks[at + 1:], kept,
+                   shared)
 
 
 def _move_before(sch: Any, stages: _Stages, loop: Any, scope: str | None) -> None:
@@ -349,8 +370,14 @@ def _move_before(sch: Any, stages: _Stages, loop: Any, scope: str | None) -> Non
             sch.compute_at(block, loop)
             if scope:
                 sch.set_scope(block, 0, scope)
+            elif not _reduces(sch, block):  # a shared stage kept on the CPU: whole vectors
+                _vectorize_last(sch, block, loop, 0)
         except Exception:  # noqa: BLE001 (TVM's ScheduleError)
             _leftover(sch, block, scope is not None)
+
+
+def _reduces(sch: Any, block: Any) -> bool:
+    return any(int(iv.iter_type) == REDUCE for iv in sch.get(block).iter_vars)
 
 
 def _leftover(sch: Any, block: Any, cuda: bool) -> None:
@@ -461,7 +488,10 @@ def _schedule_rows_cpu(sch: Any, stages: _Stages, found: Structure, params: dict
     for block in [*reversed(stages.after[:-1]), stages.main, *reversed(stages.before)]:
         sch.compute_at(block, parallel)
     for block in stages.before:
-        _reduce_rows_in_vectors(sch, block, parallel, params[f"tile_{spatial[-1].name}"][2])
+        if _reduces(sch, block):
+            _reduce_rows_in_vectors(sch, block, parallel, params[f"tile_{spatial[-1].name}"][2])
+        else:  # a shared stage kept: whole vectors along its rows
+            _vectorize_last(sch, block, parallel, 0)
     main_loops = loops_below(sch, stages.main, parallel)
     if len(main_loops) == len(found.axes):  # unit axes leave no loop: such a tile stays as it is
         _, middle = _tile_cpu(sch, stages.main, main_loops, found, params, slice(1, None))
