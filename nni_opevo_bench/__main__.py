@@ -33,7 +33,7 @@ from pathlib import Path
 
 from nni_opevo import catalog
 from trial_code import targets
-from trial_code.cli import add_number, bounded
+from trial_code.cli import add_number, bounded, description, epilog
 from trial_code.evaluate import Limits
 from trial_code.trial import MAX_SECONDS
 
@@ -75,8 +75,8 @@ def machine(args: argparse.Namespace) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="nni-opevo benchmark", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 1)[1])
+    parser = argparse.ArgumentParser(prog="nni-opevo benchmark", description=description(__doc__),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog(__doc__))
     parser.add_argument("--objective", choices=tuner_specs.OBJECTIVES, default="synthetic")
     parser.add_argument("--workloads", nargs="+", default=["SYN1"],
                         help=f"named workloads or operators (module:function, live), named ones (recorded), "

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from trial_code import anchor, constraint, forked, targets
-from trial_code.cli import add_number
+from trial_code.cli import add_number, description, epilog
 from trial_code.evaluate import Limits, Result, evaluate
 from trial_code.templates import Infeasible, for_workload
 from trial_code.templates.gemm import KNOBS
@@ -554,8 +554,8 @@ def _stop_at(seconds: float) -> threading.Timer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="nni-opevo campaign", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 1)[1])
+    parser = argparse.ArgumentParser(prog="nni-opevo campaign", description=description(__doc__),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog(__doc__))
     parser.add_argument("--out", type=Path, help="the campaign's folder (created; resumed if present)")
     parser.add_argument("--dry-run", action="store_true", help="no GPU: build and nvcc-compile only, tiny budget")
     add_number(parser, "--minutes", float, 0.01, 600, "the call's hard limit in minutes: no trial starts in its last "

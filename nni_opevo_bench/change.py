@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from trial_code.cli import description, epilog
+
 from .hub import BASELINE
 from .report import paired
 from .table import read_rows
@@ -61,9 +63,9 @@ def table(before: dict[Run, dict[int, float]], after: dict[Run, dict[int, float]
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="nni-opevo change", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="nni-opevo change", description=description(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n", 1)[1])
+                                     epilog=epilog(__doc__))
     parser.add_argument("before", type=Path, help="fractions.csv.gz of the code before the change")
     parser.add_argument("after", type=Path, help="fractions.csv.gz of the code after it")
     parser.add_argument("--tuner", default=BASELINE, help=f"the tuner the change is to (default {BASELINE})")

@@ -29,7 +29,7 @@ from typing import Any
 
 from nni_opevo import catalog
 from nni_opevo.testing.dispatch import drive
-from trial_code.cli import add_number
+from trial_code.cli import add_number, description
 
 from .objectives import SYNTHETIC, Cache, Objective, Synthetic
 from .tuning_cache import cache_name
@@ -130,7 +130,7 @@ def compute(todo: list[Job], workers: int) -> dict[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="nni-opevo fingerprint", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="nni-opevo fingerprint", description=description(__doc__))
     parser.add_argument("action", choices=("record", "check"))
     parser.add_argument("--hub", type=Path, default=HUB, help="folder of the four benchmark-hub caches")
     parser.add_argument("--held-out", type=Path, default=HELD_OUT, help="the held-out convolution cache")

@@ -43,7 +43,7 @@ import numpy as np
 
 from nni_opevo import catalog
 from trial_code import targets
-from trial_code.cli import add_number, bounded
+from trial_code.cli import add_number, bounded, description, epilog
 from trial_code.files import user_cache
 
 from . import figures, kernel_tuner_strategies, tuner_specs
@@ -297,9 +297,9 @@ def write_readme(out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="nni-opevo hub", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="nni-opevo hub", description=description(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n", 1)[1])
+                                     epilog=epilog(__doc__))
     parser.add_argument("--out", type=Path, required=True,
                         help=f"folder for fractions.csv.gz, run.json, README.md and {FIGURE}")
     parser.add_argument("--rows", type=Path, default=ROWS, help="folder for every run's rows (resumable)")

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from trial_code import networks, targets
-from trial_code.cli import add_number
+from trial_code.cli import add_number, description, epilog
 from trial_code.evaluate import Limits
 from trial_code.targets import Target
 from trial_code.templates import for_workload
@@ -272,8 +272,8 @@ def write_table(out: Path, network: str, target: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="nni-opevo profile", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 1)[1])
+    parser = argparse.ArgumentParser(prog="nni-opevo profile", description=description(__doc__),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog(__doc__))
     parser.add_argument("--out", type=Path, required=True, help="a network benchmark's folder (its trials.csv)")
     parser.add_argument("--network", default="resnet18", help="a named network with a graph: alexnet, resnet18")
     parser.add_argument("--target", default="cpu", help="cpu or cuda (auto: CUDA when a GPU is visible)")

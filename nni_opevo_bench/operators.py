@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from trial_code import anchor, targets
-from trial_code.cli import add_number
+from trial_code.cli import add_number, description
 from trial_code.evaluate import Limits
 from trial_code.files import user_cache
 from trial_code.workloads import named_or_operator
@@ -48,7 +48,7 @@ GOAL = 0.9
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="nni-opevo operators", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="nni-opevo operators", description=description(__doc__))
     parser.add_argument("--out", type=Path, required=True, help="folder for README.md")
     parser.add_argument("--rows", type=Path, default=ROWS, help="folder for trials.csv, library.json and run.json "
                                                                "(resumable)")

@@ -35,6 +35,7 @@ from nni.tuner import Tuner
 
 from nni_opevo import SearchSpace, catalog
 from nni_opevo.testing.landscapes import tiled_matmul
+from trial_code import cli
 from trial_code.cli import add_number, bounded
 
 TUNERS = list(catalog.CATALOG)
@@ -100,7 +101,7 @@ def measure(name: str, checkpoints: list[int], window: int, seed: int, space_nam
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=cli.description(__doc__))
     parser.add_argument("--tuner", nargs="+", default=TUNERS, help="catalog names (nni_opevo.catalog)")
     parser.add_argument("--checkpoints", type=bounded(int, 1, 10_000_000), nargs="+", default=[1000, 10000],
                         help="history sizes (results received) at which to measure")

@@ -17,13 +17,13 @@ import statistics
 
 from nni_opevo_tools import best as best_json
 from nni_opevo_tools.export import Options, versus_vendor
-from trial_code.cli import add_number
+from trial_code.cli import add_number, description
 from trial_code.targets import Target
 from trial_code.workloads import Workload
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="nni-opevo vendor-ratio", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="nni-opevo vendor-ratio", description=description(__doc__))
     parser.add_argument("export", help="an export folder (best.json and best.so, from `nni-opevo export`)")
     add_number(parser, "--times", int, 1, 1000, "comparisons", default=20)
     add_number(parser, "--min-repeat-ms", int, 1, 60_000, "each window lasts at least this long (export's)",

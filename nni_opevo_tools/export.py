@@ -42,7 +42,7 @@ from typing import Any
 
 from trial_code import anchor, targets
 from trial_code import trial as trial_cli
-from trial_code.cli import add_number, workload_from
+from trial_code.cli import add_number, description, workload_from
 from trial_code.evaluate import Limits, Result
 from trial_code.files import FolderBusy, assembled, copy_file
 from trial_code.trial import MAX_REPEAT, MAX_REPEAT_MS
@@ -194,7 +194,7 @@ MAX_TOP_K = 1000
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("experiment", help="experiment id or folder")
     parser.add_argument("--root", default="~/nni-experiments", help="where NNI keeps experiments (default %(default)s)")
     parser.add_argument("--out", help="output folder (default: <experiment folder>/export)")

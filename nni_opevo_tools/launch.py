@@ -38,7 +38,7 @@ from collections import Counter
 import yaml
 
 from trial_code import constraint, targets, workloads
-from trial_code.cli import add_number, workload_from
+from trial_code.cli import add_number, description, workload_from
 from trial_code.evaluate import evaluate
 from trial_code.files import FolderBusy
 from trial_code.templates import for_workload
@@ -204,7 +204,7 @@ def experiment_folder(config: str, experiment_id: str) -> str:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--config", default=None, help="an experiment YAML (default: by whether a GPU is visible)")
     parser.add_argument("--workload", help=f"instead of --config: a named workload ({', '.join(workloads.NAMED)})")
     parser.add_argument("--operator", metavar="MODULE:NAME",

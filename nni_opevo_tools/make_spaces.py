@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from nni_opevo import catalog
-from trial_code import constraint, networks, workloads
+from trial_code import cli, constraint, networks, workloads
 from trial_code.cli import add_workload_options, workload_from
 from trial_code.templates import for_workload
 from trial_code.workloads import Workload
@@ -266,7 +266,7 @@ def shipped(layout: Layout) -> list[str]:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=cli.description(__doc__))
     add_workload_options(parser)
     parser.add_argument("--tuner", nargs="+", default=[],
                         help=f"catalog tuners to write experiments for (default {SHIPPED_TUNER}): "

@@ -49,6 +49,8 @@ def test_every_help_prints_help_and_does_nothing_else(command, tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith(f"usage: nni-opevo {command}") and not shown.stderr
     assert _tree(tmp_path) == [], "a --help wrote files"
+    description = shown.stdout.split("\n\n")[1].strip()  # after the usage: what the command does, whole
+    assert not description.endswith(":") and description.rstrip("`").endswith("."), description
 
 
 @pytest.mark.parametrize("args,message", [

@@ -1,6 +1,7 @@
 """Command-line options shared by the trial, the space generator and the export command:
 which workload (a named one, a family with a shape, or a network's layers) and which target;
-and every numeric option of every command, bounded where it is declared (``add_number``)."""
+every numeric option of every command, bounded where it is declared (``add_number``); and each
+command's help from its module docstring (``description``, ``epilog``)."""
 from __future__ import annotations
 
 import argparse
@@ -11,6 +12,16 @@ from typing import Any
 
 from . import networks, workloads
 from .workloads import Workload
+
+
+def description(doc: str) -> str:
+    """A command's description: its module docstring's first paragraph, on one line."""
+    return " ".join(doc.split("\n\n", 1)[0].split())
+
+
+def epilog(doc: str) -> str:
+    """What a module docstring says after its first paragraph, for a command's ``--help``."""
+    return doc.split("\n\n", 1)[1] if "\n\n" in doc else ""
 
 
 def add_workload_options(parser: argparse.ArgumentParser) -> None:

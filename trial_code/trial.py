@@ -20,7 +20,7 @@ import traceback
 from typing import Any, NoReturn
 
 from . import networks, nni_channel, targets
-from .cli import add_number, add_workload_options, layer_from, workload_from
+from .cli import add_number, add_workload_options, description, layer_from, workload_from
 from .evaluate import LOCK_WAITS, Limits, Result, evaluate
 from .status import Status
 
@@ -46,7 +46,7 @@ def _params(text: str) -> dict[str, Any]:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """The trial's options; BadArguments naming the option when one is wrong."""
-    parser = _Parser(description=__doc__.splitlines()[0])
+    parser = _Parser(description=description(__doc__))
     add_workload_options(parser)
     parser.add_argument("--target", default="auto", help="auto (CUDA when a GPU is visible), cpu or cuda")
     add_number(parser, "--build-timeout", float, 0.01, MAX_SECONDS, "seconds", default=Limits.build_timeout)
