@@ -77,8 +77,9 @@ def test_each_example_builds_runs_and_matches_its_reference_on_the_cpu(name):
 
 
 @pytest.mark.parametrize("name, params, reduction", [
-    ("layer_norm", {"tile_i": [2, 4, 8], "tile_j2": [12, 8], "order": ["i", "j2"]}, "mean_update"),
-    ("softmax", {"tile_i0": [2, 4, 8], "tile_k": [16, 8], "order": ["i0", "k"]}, "T_softmax_maxelem_update")])
+    ("layer_norm", {"tile_i": [2, 4, 8], "tile_j2": [12, 8], "order": ["i", "j2"], "row_sums": 0}, "mean_update"),
+    ("softmax", {"tile_i0": [2, 4, 8], "tile_k": [16, 8], "order": ["i0", "k"], "row_sums": 0, "compute_once": 0},
+     "T_softmax_maxelem_update")])
 def test_a_normalizations_first_reductions_run_a_row_per_vector_lane(name, params, reduction):
     """A reduction before the main stage (a layer norm's mean, softmax's maximum) runs as many rows
     at once as the main stage's register tile, one per lane: one scalar chain per row left the
@@ -88,6 +89,32 @@ def test_a_normalizations_first_reductions_run_a_row_per_vector_lane(name, param
     sch = s_tir.Schedule(kernel.scheduled(_example(name), params, targets.cpu()))
     innermost = sch.get(sch.get_loops(sch.get_sblock(reduction))[-1])
     assert innermost.kind == kernel.tvm.tirx.ForKind.VECTORIZED and int(innermost.extent) == 8
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+@pytest.mark.parametrize("name, params, reductions", [
+    ("layer_norm", {"tile_i": [2, 4, 8], "tile_j2": [12, 8], "order": ["i", "j2"]}, ["mean", "variance"]),
+    ("softmax", {"tile_i0": [2, 4, 8], "tile_k": [16, 8], "order": ["i0", "k"], "compute_once": 1},
+     ["T_softmax_maxelem", "T_softmax_expsum"])])
+def test_row_sums_run_each_rows_reductions_in_partial_results_of_whole_vectors(name, params, reductions, lanes):
+    """``row_sums`` runs every reduction of a normalization along its row in that many partial
+    results, one per vector lane, so a row is read in whole vectors; each matches the reference."""
+    from tvm import s_tir
+
+    workload, cpu = _example(name), targets.cpu()
+    params = {**params, "row_sums": lanes}
+    sch = s_tir.Schedule(kernel.scheduled(workload, params, cpu))
+    for reduction in reductions:
+        innermost = sch.get(sch.get_loops(sch.get_sblock(f"{reduction}_rf_update"))[-1])
+        assert innermost.kind == kernel.tvm.tirx.ForKind.VECTORIZED and int(innermost.extent) == lanes
+    result = evaluate(workload, params, cpu, Limits(repeat=2, min_repeat_ms=5))
+    assert result.status.name == "NO_ERROR", result.error
+
+
+def test_row_sums_offers_the_partial_results_that_divide_a_row():
+    for cols, offered in ((96, [0, 8, 16]), (200, [0, 8]), (100, [0])):
+        workload = _example("layer_norm", rows=8, cols=cols)
+        assert for_workload(workload).space(workload, "cpu")["row_sums"] == {"_type": "choice", "_value": offered}
 
 
 def test_a_stage_that_several_stages_read_is_computed_once_or_in_each_as_the_knob_says():
@@ -101,7 +128,7 @@ def test_a_stage_that_several_stages_read_is_computed_once_or_in_each_as_the_kno
     assert "compute_once" not in template.space(workload, "cuda")
     layer_norm = _example("layer_norm")
     assert "compute_once" not in for_workload(layer_norm).space(layer_norm, "cpu")
-    params = {"tile_i0": [2, 4, 8], "tile_k": [16, 8], "order": ["i0", "k"]}
+    params = {"tile_i0": [2, 4, 8], "tile_k": [16, 8], "order": ["i0", "k"], "row_sums": 0}
     for once in (0, 1):
         sch = s_tir.Schedule(kernel.scheduled(workload, {**params, "compute_once": once}, cpu))
         names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]

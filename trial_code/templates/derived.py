@@ -17,7 +17,9 @@ The main stage's axes give the search space, in the shape of the built-in GEMM a
   after the main one take its place when there are any). For a MatMul this is the hand-written
   GEMM template's loop nest exactly (``tests/test_operators.py``). Where several stages read one
   element-wise stage (softmax's exponentials), ``compute_once`` chooses between computing it
-  once per parallel tile into a buffer and inlining it into each reader.
+  once per parallel tile into a buffer and inlining it into each reader. A normalization's
+  reductions run a row per vector lane, as many rows as the register tile (``row_sums`` 0), or
+  along each row in ``row_sums`` partial results, one per lane.
 - CUDA: each spatial axis split in 4 (blocks, virtual threads, threads, per-thread tile) and
   each reduction axis in 3 (shared-memory stage, register stage, inner); ``inner_order``
   permutes the per-thread loops, ``shared`` stages the inputs' tiles in shared memory filled by
@@ -54,6 +56,9 @@ from .base import (
 )
 
 UNROLL_STEPS = (0, 16, 64, 512)
+ROW_SUMS = (8, 16)
+"""A normalization's partial sums along each row on the CPU (``row_sums``): one vector register or
+two of them; more gained nothing on AVX-512."""
 MAX_AXES = 8
 """Axes of the main stage at most: ``order`` permutes them all (8! = 40,320 orders)."""
 MAX_BYTES = 4 << 30
@@ -153,6 +158,8 @@ class DerivedTemplate(Template):
         names = [a.name for a in found.axes]
         if not cuda:
             space["order"] = {"_type": "perm", "_value": names}
+            if found.rows:
+                space["row_sums"] = {"_type": "choice", "_value": _row_sums(found)}
             if found.shared:
                 space["compute_once"] = {"_type": "choice", "_value": [0, 1]}
             return space
@@ -180,6 +187,8 @@ class DerivedTemplate(Template):
         spatial = [a.name for a in found.spatial]
         if not cuda:
             order(params, "order", names)
+            if found.rows:
+                one_of(params, "row_sums", tuple(_row_sums(found)))
             if found.shared:
                 one_of(params, "compute_once", (0, 1))
             if spatial:
@@ -227,6 +236,11 @@ class DerivedTemplate(Template):
         expected = full[tuple(index.T)]
         scale = float(np.sqrt(np.mean(np.square(full)))) if full.size else 0.0
         return expected, np.abs(expected) + scale
+
+
+def _row_sums(found: Structure) -> list[int]:
+    """``row_sums``'s values: 0 (a row per vector lane) and the ``ROW_SUMS`` that divide a row."""
+    return [0, *(n for n in ROW_SUMS if found.reductions[-1].extent % n == 0)]
 
 
 def _arguments(workload: Workload) -> dict[str, Any]:
@@ -485,6 +499,10 @@ def _schedule_rows_cpu(sch: Any, stages: _Stages, found: Structure, params: dict
     outer = [p[0] for p in parts]
     parallel = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     sch.parallel(parallel)
+    if params["row_sums"]:
+        _sum_along_rows(sch, stages, parallel, params["row_sums"])
+        _vectorize_last(sch, output, parallel, 0)
+        return
     for block in [*reversed(stages.after[:-1]), stages.main, *reversed(stages.before)]:
         sch.compute_at(block, parallel)
     for block in stages.before:
@@ -498,6 +516,35 @@ def _schedule_rows_cpu(sch: Any, stages: _Stages, found: Structure, params: dict
         first_reduction = next(i for i, name in enumerate(params["order"]) if name in {a.name for a in found.reductions})
         sch.decompose_reduction(stages.main, middle[first_reduction])
     _vectorize_last(sch, output, parallel, 0)
+
+
+def _sum_along_rows(sch: Any, stages: _Stages, anchor: Any, lanes: int) -> None:
+    """Every reduction of a normalization, those before the main stage and the main one, run along
+    each row in ``lanes`` partial results, one per vector lane (TVM's ``rfactor``), which are then
+    combined: each row read in whole vectors, where a row per lane gathers. A reduction whose row
+    ``lanes`` does not divide runs a row at a time. Every stage is computed under ``anchor``."""
+    order, partial = [], []
+    for block in [*stages.before, stages.main]:
+        loops, last = sch.get_loops(block), sch.get(block).iter_vars[-1]
+        if _reduces(sch, block) and int(last.iter_type) == REDUCE and int(last.dom.extent) % lanes == 0:
+            factored = sch.rfactor(sch.split(loops[-1], [None, lanes])[1], 0)
+            partial.append(factored)
+            order.append(factored)
+        order.append(block)
+    for block in [*reversed(stages.after[:-1]), *reversed(order)]:
+        sch.compute_at(block, anchor)
+    for block in partial:  # its axes: the lane, the rows, the row's terms (vector lane innermost)
+        variables = [iv for iv in sch.get(block).iter_vars if int(iv.dom.extent) > 1]
+        loops = loops_below(sch, block, anchor)
+        lane = loops[variables.index(sch.get(block).iter_vars[0])]
+        others = [loop for loop in loops if not sch.get(loop).same_as(sch.get(lane))]
+        sch.reorder(*others, lane)
+        sch.vectorize(lane)
+        terms = [loop for loop, iv in zip(loops, variables) if int(iv.iter_type) == REDUCE]
+        sch.decompose_reduction(block, terms[0])
+    for block in stages.before:
+        if not _reduces(sch, block):  # a shared stage kept: whole vectors along its rows
+            _vectorize_last(sch, block, anchor, 0)
 
 
 def _reduce_rows_in_vectors(sch: Any, block: Any, anchor: Any, lanes: int) -> None:
