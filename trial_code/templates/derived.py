@@ -501,32 +501,39 @@ def _schedule_rows_cpu(sch: Any, stages: _Stages, found: Structure, params: dict
     sch.parallel(parallel)
     if params["row_sums"]:
         _sum_along_rows(sch, stages, parallel, params["row_sums"])
-        _vectorize_last(sch, output, parallel, 0)
-        return
+    else:
+        _rows_per_lane(sch, stages, found, params, parallel)
+    for block in stages.before:
+        if not _reduces(sch, block):  # a shared stage kept: whole vectors along its rows
+            _vectorize_last(sch, block, parallel, 0)
+    _vectorize_last(sch, output, parallel, 0)
+
+
+def _rows_per_lane(sch: Any, stages: _Stages, found: Structure, params: dict[str, Any], anchor: Any) -> None:
+    """Every stage but the output computed under ``anchor``; the reductions before the main stage
+    a row per vector lane, the main stage tiled by the rest of its tiles."""
     for block in [*reversed(stages.after[:-1]), stages.main, *reversed(stages.before)]:
-        sch.compute_at(block, parallel)
+        sch.compute_at(block, anchor)
     for block in stages.before:
         if _reduces(sch, block):
-            _reduce_rows_in_vectors(sch, block, parallel, params[f"tile_{spatial[-1].name}"][2])
-        else:  # a shared stage kept: whole vectors along its rows
-            _vectorize_last(sch, block, parallel, 0)
-    main_loops = loops_below(sch, stages.main, parallel)
+            _reduce_rows_in_vectors(sch, block, anchor, params[f"tile_{found.spatial[-1].name}"][2])
+    main_loops = loops_below(sch, stages.main, anchor)
     if len(main_loops) == len(found.axes):  # unit axes leave no loop: such a tile stays as it is
         _, middle = _tile_cpu(sch, stages.main, main_loops, found, params, slice(1, None))
         first_reduction = next(i for i, name in enumerate(params["order"]) if name in {a.name for a in found.reductions})
         sch.decompose_reduction(stages.main, middle[first_reduction])
-    _vectorize_last(sch, output, parallel, 0)
 
 
 def _sum_along_rows(sch: Any, stages: _Stages, anchor: Any, lanes: int) -> None:
     """Every reduction of a normalization, those before the main stage and the main one, run along
     each row in ``lanes`` partial results, one per vector lane (TVM's ``rfactor``), which are then
     combined: each row read in whole vectors, where a row per lane gathers. A reduction whose row
-    ``lanes`` does not divide runs a row at a time. Every stage is computed under ``anchor``."""
+    ``lanes`` does not divide runs a row at a time. Every stage but the output is computed under
+    ``anchor``."""
     order, partial = [], []
     for block in [*stages.before, stages.main]:
         loops, last = sch.get_loops(block), sch.get(block).iter_vars[-1]
-        if _reduces(sch, block) and int(last.iter_type) == REDUCE and int(last.dom.extent) % lanes == 0:
+        if int(last.iter_type) == REDUCE and int(last.dom.extent) % lanes == 0:
             factored = sch.rfactor(sch.split(loops[-1], [None, lanes])[1], 0)
             partial.append(factored)
             order.append(factored)
@@ -542,9 +549,6 @@ def _sum_along_rows(sch: Any, stages: _Stages, anchor: Any, lanes: int) -> None:
         sch.vectorize(lane)
         terms = [loop for loop, iv in zip(loops, variables) if int(iv.iter_type) == REDUCE]
         sch.decompose_reduction(block, terms[0])
-    for block in stages.before:
-        if not _reduces(sch, block):  # a shared stage kept: whole vectors along its rows
-            _vectorize_last(sch, block, anchor, 0)
 
 
 def _reduce_rows_in_vectors(sch: Any, block: Any, anchor: Any, lanes: int) -> None:
