@@ -84,12 +84,11 @@ def _whole_power(call: Any) -> Any | None:
     return product if power > 0 else one / product
 
 
-def _float32(call: Any) -> tuple[Any, str, int] | None:
-    """The argument, the type and the vector lanes of a one-argument float32 call; None for
-    other element types."""
+def _float32(call: Any) -> tuple[Any, str] | None:
+    """The argument and the type (``float32`` or ``float32xN``) of a one-argument float32 call;
+    None for other element types."""
     dtype = str(call.ty)
-    element, _, lanes = dtype.partition("x")
-    return (call.args[0], dtype, int(lanes or 1)) if element == "float32" else None
+    return (call.args[0], dtype) if dtype.partition("x")[0] == "float32" else None
 
 
 def _const(value: float, dtype: str) -> Any:
@@ -134,12 +133,11 @@ def lower_exp(call: Any) -> Any:
     found = _float32(call)
     if found is None:
         return tirx.call_llvm_pure_intrin(str(call.ty), "llvm.exp", *call.args)
-    x, dtype, lanes = found
-    integer = "int32" if lanes == 1 else f"int32x{lanes}"
+    x, dtype = found
     reduced = _clamp(x, EXP_LOW, EXP_HIGH, dtype)
     n = tirx.floor(reduced * tirx.const(1 / math.log(2), "float32") + tirx.const(0.5, "float32"))
     f = (reduced - n * tirx.const(LN2_HIGH, "float32")) - n * tirx.const(LN2_LOW, "float32")
-    whole = tirx.Cast(integer, n)
+    whole = tirx.Cast(dtype.replace("float32", "int32"), n)
     half = tirx.shift_right(whole, tirx.const(1, "int32"))
     return _with_nan(x, _horner(EXP_TAYLOR, f) * _power_of_two(half, dtype) * _power_of_two(whole - half, dtype))
 
@@ -161,7 +159,7 @@ def lower_erf(call: Any) -> Any:
     if found is None:
         return tirx.call_pure_extern(str(call.ty), "erf" if str(call.ty).startswith("float64") else "erff",
                                      *call.args)
-    x, dtype, _ = found
+    x, dtype = found
     bounded = _clamp(x, -ERF_CLAMP, ERF_CLAMP, dtype)
     square = bounded * bounded
     value = bounded * _horner(ERF_NUMERATOR, square) / _horner(ERF_DENOMINATOR, square)
