@@ -111,8 +111,20 @@ def test_row_sums_run_each_rows_reductions_in_partial_results_of_whole_vectors(n
     assert result.status.name == "NO_ERROR", result.error
 
 
-def test_row_sums_offers_the_partial_results_that_divide_a_row():
-    for cols, offered in ((96, [0, 8, 16]), (200, [0, 8]), (100, [0])):
+@pytest.mark.parametrize("name, params", [
+    ("layer_norm", {"tile_i": [64, 1, 1], "tile_j2": [12, 8], "order": ["i", "j2"]}),
+    ("softmax", {"tile_i0": [64, 1, 1], "tile_k": [16, 8], "order": ["k", "i0"], "compute_once": 0})])
+def test_row_sums_serve_a_tile_of_one_row(name, params):
+    """Each parallel tile one row: the partial results' loops then have no row loop among them,
+    and the schedule must still find the row's terms (it raised IndexError, a failed trial)."""
+    workload, cpu = _example(name), targets.cpu()
+    for lanes in (8, 16):
+        result = evaluate(workload, {**params, "row_sums": lanes}, cpu, Limits(repeat=2, min_repeat_ms=5))
+        assert result.status.name == "NO_ERROR", (lanes, result.error)
+
+
+def test_row_sums_offers_the_partial_results_that_split_a_row():
+    for cols, offered in ((96, [0, 8, 16]), (200, [0, 8]), (100, [0]), (16, [0, 8])):
         workload = _example("layer_norm", rows=8, cols=cols)
         assert for_workload(workload).space(workload, "cpu")["row_sums"] == {"_type": "choice", "_value": offered}
 

@@ -239,8 +239,13 @@ class DerivedTemplate(Template):
 
 
 def _row_sums(found: Structure) -> list[int]:
-    """``row_sums``'s values: 0 (a row per vector lane) and the ``ROW_SUMS`` that divide a row."""
-    return [0, *(n for n in ROW_SUMS if found.reductions[-1].extent % n == 0)]
+    """``row_sums``'s values: 0 (a row per vector lane) and the ``ROW_SUMS`` that split a row."""
+    return [0, *(n for n in ROW_SUMS if _splits(found.reductions[-1].extent, n))]
+
+
+def _splits(row: int, lanes: int) -> bool:
+    """Whether a row of ``row`` terms sums in ``lanes`` partial results of more than one term each."""
+    return row % lanes == 0 and row > lanes
 
 
 def _arguments(workload: Workload) -> dict[str, Any]:
@@ -528,27 +533,26 @@ def _sum_along_rows(sch: Any, stages: _Stages, anchor: Any, lanes: int) -> None:
     """Every reduction of a normalization, those before the main stage and the main one, run along
     each row in ``lanes`` partial results, one per vector lane (TVM's ``rfactor``), which are then
     combined: each row read in whole vectors, where a row per lane gathers. A reduction whose row
-    ``lanes`` does not divide runs a row at a time. Every stage but the output is computed under
+    ``lanes`` does not split (``_splits``) runs a row at a time. Every stage but the output is computed under
     ``anchor``."""
     order, partial = [], []
     for block in [*stages.before, stages.main]:
         loops, last = sch.get_loops(block), sch.get(block).iter_vars[-1]
-        if int(last.iter_type) == REDUCE and int(last.dom.extent) % lanes == 0:
+        if int(last.iter_type) == REDUCE and _splits(int(last.dom.extent), lanes):
             factored = sch.rfactor(sch.split(loops[-1], [None, lanes])[1], 0)
             partial.append(factored)
             order.append(factored)
         order.append(block)
     for block in [*reversed(stages.after[:-1]), *reversed(order)]:
         sch.compute_at(block, anchor)
-    for block in partial:  # its axes: the lane, the rows, the row's terms (vector lane innermost)
-        variables = [iv for iv in sch.get(block).iter_vars if int(iv.dom.extent) > 1]
-        loops = loops_below(sch, block, anchor)
-        lane = loops[variables.index(sch.get(block).iter_vars[0])]
-        others = [loop for loop in loops if not sch.get(loop).same_as(sch.get(lane))]
+    for block in partial:
+        # Its loops under the anchor: the lane, the rows (those of one row in the tile have
+        # none), the row's terms; the lane and the terms always span more than one.
+        terms = sum(1 for iv in sch.get(block).iter_vars if int(iv.iter_type) == REDUCE and int(iv.dom.extent) > 1)
+        lane, *others = loops_below(sch, block, anchor)
         sch.reorder(*others, lane)
         sch.vectorize(lane)
-        terms = [loop for loop, iv in zip(loops, variables) if int(iv.iter_type) == REDUCE]
-        sch.decompose_reduction(block, terms[0])
+        sch.decompose_reduction(block, others[len(others) - terms])
 
 
 def _reduce_rows_in_vectors(sch: Any, block: Any, anchor: Any, lanes: int) -> None:
