@@ -45,6 +45,16 @@ def _repository_root(monkeypatch):
     monkeypatch.chdir(ROOT)  # `examples` is imported from the folder the experiment runs in
 
 
+@pytest.fixture(autouse=True)
+def _forget_written_modules(tmp_path):
+    """A module a test writes and imports is forgotten after it: another test, in the same worker,
+    writes a different ``myops`` in its own folder."""
+    yield
+    for name, module in list(sys.modules.items()):
+        if (getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
+            del sys.modules[name]
+
+
 def test_the_derived_matmul_is_the_hand_written_templates_loop_nest():
     """The same 256^3 MatMul through the built-in template and through the example's computation:
     the spaces match knob for knob, and every configuration gives the same scheduled TIR."""
