@@ -16,17 +16,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cuda_build import H100, cuda_source, local_memory, ptxas
 from nni_experiment import free_port, launched_id, stop_in_background
 
 from nni_opevo_tools import best as best_json
 from nni_opevo_tools import launch
 from trial_code import constraint, kernel, operators, targets, workloads
 from trial_code.evaluate import Limits, evaluate
-from trial_code.templates import DerivedTemplate, for_workload
+from trial_code.templates import DerivedTemplate, Infeasible, for_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "nni_opevo_tools.console"]
-H100 = targets.Target("cuda", device="cuda-none", has_device=False, **targets.H100)
+NEEDS_NVCC = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
 SMALL = {  # each example at a shape whose trials take a fraction of a second
     "matmul": {"n": 64, "k": 64, "m": 64},
     "depthwise_conv2d": {"channels": 8, "height": 16, "width": 16},
@@ -139,6 +140,114 @@ def test_row_sums_offers_the_partial_results_that_split_a_row():
         assert for_workload(workload).space(workload, "cpu")["row_sums"] == {"_type": "choice", "_value": offered}
 
 
+USER_OPERATORS = """
+    import numpy as np
+    from tvm import te, topi
+    from trial_code.operators import Operator
+
+    def rms_norm(rows=64, cols=128):
+        x = te.placeholder((rows, cols), "float32", name="X")
+        g = te.placeholder((cols,), "float32", name="g")
+        j = te.reduce_axis((0, cols), name="j")
+        squares = te.compute((rows,), lambda i: te.sum(x[i, j] * x[i, j], axis=j), name="squares")
+        y = te.compute((rows, cols), lambda i, c: x[i, c] * te.rsqrt(squares[i] / cols + 1e-6) * g[c], name="Y")
+        return Operator([x, g], y, flops=4 * rows * cols,
+                        reference=lambda x, g: x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * g)
+
+    def column_norm(rows=512, cols=64):
+        x = te.placeholder((rows, cols), "float32", name="X")
+        r = te.reduce_axis((0, rows), name="r")
+        sums = te.compute((cols,), lambda j: te.sum(x[r, j], axis=r), name="sums")
+        y = te.compute((rows, cols), lambda i, j: x[i, j] / sums[j], name="Y")
+        return Operator([x], y, flops=2 * rows * cols, reference=lambda x: x / x.sum(axis=0, keepdims=True))
+
+    def attention(heads=4, seq=64, dim=32):
+        q = te.placeholder((heads, seq, dim), "float32", name="Q")
+        k = te.placeholder((heads, seq, dim), "float32", name="K")
+        y = topi.nn.softmax(topi.nn.batch_matmul(q, k), axis=2)
+        def reference(q, k):
+            s = q @ k.transpose(0, 2, 1)
+            e = np.exp(s - s.max(axis=2, keepdims=True))
+            return e / e.sum(axis=2, keepdims=True)
+        return Operator([q, k], y, flops=2 * heads * seq * seq * dim, reference=reference)
+"""
+
+
+@pytest.fixture
+def user_operators(tmp_path, monkeypatch):
+    """``userops``: operators a user writes beyond the examples, importable from the test's folder."""
+    (tmp_path / "userops.py").write_text(textwrap.dedent(USER_OPERATORS))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return lambda name: workloads.make("operator", operator=f"userops:{name}")
+
+
+def _no_local_memory(workload: workloads.Workload, params: dict, tmp_path: Path) -> str:
+    """The configuration's CUDA source, after asserting that ptxas keeps it all in registers."""
+    source = cuda_source(workload, params)
+    _, report = ptxas(source, tmp_path)
+    assert local_memory(report) == 0, (params, report)
+    return source
+
+
+@pytest.mark.slow(seconds=20)
+@NEEDS_NVCC
+def test_a_normalization_by_its_one_reduction_is_scheduled_row_by_row(user_operators, tmp_path):
+    """An RMS norm reduces once and spreads the result over its row: a normalization like a layer
+    norm (``row_sums`` on the CPU, a thread's rows on the GPU), not a reduction with an epilogue
+    whose columns the GPU wrote out whole. Drawn configurations match the reference on the CPU
+    and compile to registers only."""
+    workload, cpu = user_operators("rms_norm"), targets.cpu()
+    template = for_workload(workload)
+    assert template.space(workload, "cpu")["row_sums"]["_value"] == [0, 8, 16]
+    assert set(template.space(workload, "cuda")) == {"tile_i", "unroll"}
+    for seed in range(4):
+        params, _ = constraint.draw(workload, cpu, seed)
+        result = evaluate(workload, params, cpu, Limits(repeat=2, min_repeat_ms=5))
+        assert result.status.name == "NO_ERROR", (params, result.error)
+        _no_local_memory(workload, constraint.draw(workload, H100, seed)[0], tmp_path)
+
+
+@pytest.mark.slow(seconds=20)
+@NEEDS_NVCC
+def test_an_attention_softmax_tunes_on_the_cpu_and_stays_in_gpu_registers(user_operators, tmp_path):
+    """Softmax of a batched product (attention's scores): a normalization whose first stage has
+    columns of its own. Every drawn CPU configuration matches the reference (one row per tile
+    made ``row_sums`` fail), and the GPU check admits only rows whose scores fit in registers."""
+    workload, cpu = user_operators("attention"), targets.cpu()
+    for seed in range(6):
+        params, _ = constraint.draw(workload, cpu, seed)
+        result = evaluate(workload, params, cpu, Limits(repeat=1, min_repeat_ms=1))
+        assert result.status.name == "NO_ERROR", (params, result.error)
+        _no_local_memory(workload, constraint.draw(workload, H100, seed)[0], tmp_path)
+    with pytest.raises(Infeasible, match="estimated registers per thread"):  # 2 rows of 64 scores: ptxas spilled
+        for_workload(workload).check(workload, {"tile_i0": [4, 1, 1], "tile_i1": [1, 32, 2], "unroll": 16}, H100)
+
+
+@pytest.mark.slow(seconds=10)
+@NEEDS_NVCC
+def test_gpu_threads_write_out_only_the_loops_that_index_their_registers(user_operators, tmp_path):
+    """A GPU thread's register arrays need every loop that indexes them written out, and only
+    those: a layer norm's thread of one row wrote its 768 columns out (a 400 KB kernel with 2.6 KB
+    of local memory), and a column normalization its epilogue's 512 rows (650 KB)."""
+    layer_norm = _example("layer_norm", rows=1024, cols=768)
+    assert len(_no_local_memory(layer_norm, {"tile_i": [32, 32, 1], "unroll": 0}, tmp_path)) < 20_000
+    columns = user_operators("column_norm")
+    params = {"tile_j": [8, 1, 4, 2], "tile_r": [4, 16, 8], "inner_order": ["j", "r"], "unroll": 0, "shared": 0}
+    assert len(_no_local_memory(columns, params, tmp_path)) < 20_000
+
+
+@pytest.mark.parametrize("name, params", [("softmax", {"tile_i0": [8, 1, 8], "unroll": 512}),
+                                          ("layer_norm", {"tile_i": [4, 2, 8], "unroll": 512})])
+def test_an_unroll_that_writes_a_normalizations_rows_out_counts_their_registers(name, params):
+    """``unroll`` at least a row's length writes the row's loops out, and ptxas then holds a
+    row's loads per row in registers: eight rows of 128 spilled 10 KB. The check refuses it."""
+    workload = _example(name)
+    with pytest.raises(Infeasible, match="estimated registers per thread"):
+        for_workload(workload).check(workload, params, H100)
+    for_workload(workload).check(workload, {**params, "unroll": 64}, H100)
+
+
 def test_a_stage_that_several_stages_read_is_computed_once_or_in_each_as_the_knob_says():
     """Softmax's exponentials are read by their sum and by the division: ``compute_once`` (CPU only)
     keeps them as a stage of their own or inlines them into both; each way matches the reference."""
@@ -190,7 +299,7 @@ def test_a_kernel_that_disagrees_with_the_reference_fails_as_a_wrong_answer(tmp_
 
 
 @pytest.mark.slow(seconds=5)
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
+@NEEDS_NVCC
 @pytest.mark.parametrize("name", list(SMALL))
 def test_each_examples_cuda_space_compiles_without_local_memory(name, tmp_path):
     """Two admitted configurations of each example's CUDA space (one staging its inputs in shared

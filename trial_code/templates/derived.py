@@ -18,8 +18,8 @@ The main stage's axes give the search space, in the shape of the built-in GEMM a
   GEMM template's loop nest exactly (``tests/test_operators.py``). Where several stages read one
   element-wise stage (softmax's exponentials), ``compute_once`` chooses between computing it
   once per parallel tile into a buffer and inlining it into each reader. A normalization's
-  reductions run a row per vector lane, as many rows as the register tile (``row_sums`` 0), or
-  along each row in ``row_sums`` partial results, one per lane.
+  (``_normalizes``) reductions run a row per vector lane, as many rows as the register tile
+  (``row_sums`` 0), or along each row in ``row_sums`` partial results, one per lane.
 - CUDA: each spatial axis split in 4 (blocks, virtual threads, threads, per-thread tile) and
   each reduction axis in 3 (shared-memory stage, register stage, inner); ``inner_order``
   permutes the per-thread loops, ``shared`` stages the inputs' tiles in shared memory filled by
@@ -67,6 +67,9 @@ MAX_ROWS_PER_THREAD = 16
 """A normalization's rows one GPU thread reduces: their running values stay in registers."""
 REGISTER_OVERHEAD = 40
 """Registers a CUDA thread needs besides its accumulators (addresses, loop counters)."""
+COLUMN_REGISTERS = 2
+"""Registers per value of a row a normalization's GPU thread keeps (the value, and the operands
+ptxas keeps to compute it): calibrated so that no configuration the check admits spills."""
 SPATIAL, REDUCE = 0, 2
 """TIR's iteration types (``IterVar.iter_type``) of a block's axes."""
 
@@ -104,8 +107,16 @@ class Structure:
     axes: tuple[Axis, ...]
     inputs: tuple[Footprint, ...]
     rows: bool
-    """Reductions before the main stage and stages after it that read them (a normalization):
-    scheduled row by row (``_schedule_rows_cpu``, ``_schedule_rows_cuda``)."""
+    """A normalization (``_normalizes``): scheduled row by row (``_schedule_rows_cpu``,
+    ``_schedule_rows_cuda``)."""
+    row_values: int
+    """In a normalization, the registers a GPU thread needs per row it computes: one per
+    reduction (a mean, a maximum), ``COLUMN_REGISTERS`` per value of a stage with columns of its
+    own (the scores of an attention before their softmax)."""
+    row_length: int
+    """In a normalization, the longest axis of a stage besides the rows (a row's columns): an
+    ``unroll`` of at least this writes each row's loops out, and ptxas then holds as many loads
+    per row in registers."""
     shared: bool
     """An element-wise stage that several stages read (softmax's exponentials): on the CPU the
     ``compute_once`` knob computes it once into a buffer (1) or inlines it into each reader (0)."""
@@ -177,9 +188,13 @@ class DerivedTemplate(Template):
         cuda = target.kind == "cuda"
         if cuda and found.rows:
             rows = {a.name: factors(params, f"tile_{a.name}", a.extent, 3) for a in found.spatial}
-            one_of(params, "unroll", UNROLL_STEPS)
-            check_gpu_launch(target, [math.prod(t[1] for t in rows.values())], 1, 0, [])
-            limit("rows per thread", math.prod(t[2] for t in rows.values()), MAX_ROWS_PER_THREAD)
+            unroll = one_of(params, "unroll", UNROLL_STEPS)
+            threads, per_thread = math.prod(t[1] for t in rows.values()), math.prod(t[2] for t in rows.values())
+            check_gpu_launch(target, [threads], 1, 0, [])
+            limit("rows per thread", per_thread, MAX_ROWS_PER_THREAD)
+            per_row = found.row_values + (found.row_length if unroll >= found.row_length else 0)
+            limit("estimated registers per thread", per_thread * per_row + REGISTER_OVERHEAD,
+                  registers_per_thread(threads))
             return
         tiles = {a.name: factors(params, f"tile_{a.name}", a.extent,
                                  (3 if cuda else 2) if a.reduction else (4 if cuda else 3)) for a in found.axes}
@@ -323,8 +338,34 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     except (OSError, TypeError):
         reference_source = repr(reference)
     identity = hashlib.sha256((function.script() + reference_source).encode()).hexdigest()[:24]
-    return Structure(tuple(axes), tuple(footprints.values()), bool(stages.before and stages.after), bool(stages.shared),
+    row_extents = [a.extent for a in axes if not a.reduction]
+    normalizes = _normalizes(sch, stages, row_extents)
+    row_values, row_length = _row_registers(sch, stages, row_extents) if normalizes else (0, 0)
+    return Structure(tuple(axes), tuple(footprints.values()), normalizes, row_values, row_length, bool(stages.shared),
                      identity)
+
+
+def _normalizes(sch: Any, stages: _Stages, rows: list[int]) -> bool:
+    """Whether the computation is a normalization, scheduled row by row: reductions before the
+    main stage and stages after it (softmax, a layer norm), or stages after it that spread each of
+    its results over a row (an RMS norm's scaling by its one reduction), the output being laid
+    out by the main stage's ``rows`` and longer."""
+    if not stages.after:
+        return False
+    if stages.before:
+        return True
+    output = [int(iv.dom.extent) for iv in sch.get(stages.after[-1]).iter_vars]
+    return len(output) > len(rows) and output[:len(rows)] == rows
+
+
+def _row_registers(sch: Any, stages: _Stages, rows: list[int]) -> tuple[int, int]:
+    """A normalization's ``Structure.row_values`` and ``Structure.row_length``."""
+    inside = [*stages.before, stages.main, *stages.after[:-1]]
+    per_row = [math.prod(int(iv.dom.extent) for iv in sch.get(b).iter_vars if int(iv.iter_type) == SPATIAL)
+               // math.prod(rows) for b in inside]
+    length = max((int(iv.dom.extent) for b in [*inside, stages.after[-1]] for iv in sch.get(b).iter_vars[len(rows):]),
+                 default=0)
+    return sum(1 if n == 1 else COLUMN_REGISTERS * n for n in per_row), length
 
 
 def _safe(name: str, position: int, seen: set[str]) -> str:
@@ -452,7 +493,7 @@ def _tile_cpu(sch: Any, block: Any, loops: list[Any], found: Structure, params: 
 
 
 def _schedule_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str, Any]) -> None:
-    if stages.before and stages.after:
+    if found.rows:
         _schedule_rows_cpu(sch, stages, found, params)
         return
     block = stages.main
@@ -492,10 +533,10 @@ def _schedule_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str,
 
 
 def _schedule_rows_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str, Any]) -> None:
-    """Normalizations (softmax, layer norm): reductions before the main one and stages after it
-    that read both. The output's leading axes (the main stage's spatial ones, the rows) are
-    split by the main stage's tiles and their outer parts run in parallel; every other stage is
-    computed inside, for its rows, and the main stage tiled there by the rest of its tiles."""
+    """Normalizations (``_normalizes``: softmax, a layer norm, an RMS norm). The output's leading
+    axes (the main stage's spatial ones, the rows) are split by the main stage's tiles and their
+    outer parts run in parallel; every other stage is computed inside, for its rows, and the main
+    stage tiled there by the rest of its tiles."""
     output = stages.after[-1]
     spatial = found.spatial
     rows = _row_loops(sch, output, spatial)
@@ -586,7 +627,7 @@ def _row_loops(sch: Any, output: Any, spatial: list[Axis]) -> list[Any]:
 
 
 def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str, Any]) -> None:
-    if stages.before and stages.after:
+    if found.rows:
         _schedule_rows_cuda(sch, stages, found, params)
         return
     block = stages.main
@@ -615,7 +656,7 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
     for after in stages.after:
         try:
             sch.reverse_compute_at(after, threads)
-            written += loops_below(sch, after, threads)
+            written += _register_loops(sch, after, threads)
         except Exception:  # noqa: BLE001 (TVM's ScheduleError)
             _leftover(sch, after, cuda=True)
     if reductions and params["shared"]:
@@ -648,6 +689,22 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
             sch.unroll(loop)
 
 
+def _register_loops(sch: Any, block: Any, anchor: Any) -> list[Any]:
+    """The loops of ``block`` under ``anchor`` that index the registers it writes or reads (its
+    own values, a reduction's per-thread results): an array indexed by a loop variable lives in
+    local memory, so these are written out, and only these (a row of 512 columns stays a loop)."""
+    tvm = import_tvm()
+    from tvm.tirx.analysis import undefined_vars
+
+    stmt = sch.get(block)
+    realize = tvm.get_global_func("s_tir.schedule.GetSBlockRealize")(sch, block)
+    indices = [v for region in [*stmt.reads, *stmt.writes] if region.source.scope() == "local"
+               for r in region.region for v in undefined_vars(r.min)]
+    bound = [v for iv, value in zip(stmt.iter_vars, realize.iter_values)
+             if any(iv.var.same_as(i) for i in indices) for v in undefined_vars(value)]
+    return [loop for loop in loops_below(sch, block, anchor) if any(sch.get(loop).loop_var.same_as(v) for v in bound)]
+
+
 def _annotate_unroll(sch: Any, loop: Any, params: dict[str, Any]) -> None:
     if params["unroll"]:
         sch.annotate(loop, "pragma_auto_unroll_max_step", params["unroll"])
@@ -668,11 +725,12 @@ def _schedule_rows_cuda(sch: Any, stages: _Stages, found: Structure, params: dic
     sch.bind(threads, "threadIdx.x")
     for part in parts:
         sch.unroll(part[2])
-    for block in [*reversed(stages.after[:-1]), stages.main, *reversed(stages.before)]:
+    inside = [*reversed(stages.after[:-1]), stages.main, *reversed(stages.before)]
+    for block in inside:
         sch.compute_at(block, threads)
         sch.set_scope(block, 0, "local")
-        spatial = [iv for iv in sch.get(block).iter_vars if int(iv.iter_type) == SPATIAL]
-        for loop in loops_below(sch, block, threads)[:len(spatial)]:  # its rows
+    for block in [*inside, output]:  # its rows, and a row's columns only where registers hold them
+        for loop in _register_loops(sch, block, threads):
             sch.unroll(loop)
     _annotate_unroll(sch, blocks, params)
 
