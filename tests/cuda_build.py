@@ -39,11 +39,18 @@ def local_memory(report: str) -> int:
     return sum(found)
 
 
+def registers_only(workload: workloads.Workload, params: dict[str, Any], tmp_path: Path) -> str:
+    """The CUDA source of a configuration the check admits, after asserting that ptxas keeps it
+    free of local memory."""
+    source = cuda_source(workload, params)
+    _, report = ptxas(source, tmp_path)
+    assert local_memory(report) == 0, (params, report)
+    return source
+
+
 def admitted_draws_use_no_local_memory(name: str, tmp_path: Path, seeds: int = 6) -> None:
     """Build ``seeds`` random configurations the check admits and read each through ptxas: the
     register estimate must keep every one of them free of local memory."""
     workload = workloads.lookup(name)
     for seed in range(seeds):
-        params = feasible(workload, H100, seed=seed)
-        _, report = ptxas(cuda_source(workload, params), tmp_path)
-        assert local_memory(report) == 0, (params, report)
+        registers_only(workload, feasible(workload, H100, seed=seed), tmp_path)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cuda_build import H100, cuda_source, local_memory, ptxas
+from cuda_build import H100, registers_only
 from nni_experiment import free_port, launched_id, stop_in_background
 
 from nni_opevo_tools import best as best_json
@@ -182,14 +181,6 @@ def user_operators(tmp_path, monkeypatch):
     return lambda name: workloads.make("operator", operator=f"userops:{name}")
 
 
-def _no_local_memory(workload: workloads.Workload, params: dict, tmp_path: Path) -> str:
-    """The configuration's CUDA source, after asserting that ptxas keeps it all in registers."""
-    source = cuda_source(workload, params)
-    _, report = ptxas(source, tmp_path)
-    assert local_memory(report) == 0, (params, report)
-    return source
-
-
 @pytest.mark.slow(seconds=20)
 @NEEDS_NVCC
 def test_a_normalization_by_its_one_reduction_is_scheduled_row_by_row(user_operators, tmp_path):
@@ -205,7 +196,7 @@ def test_a_normalization_by_its_one_reduction_is_scheduled_row_by_row(user_opera
         params, _ = constraint.draw(workload, cpu, seed)
         result = evaluate(workload, params, cpu, Limits(repeat=2, min_repeat_ms=5))
         assert result.status.name == "NO_ERROR", (params, result.error)
-        _no_local_memory(workload, constraint.draw(workload, H100, seed)[0], tmp_path)
+        registers_only(workload, constraint.draw(workload, H100, seed)[0], tmp_path)
 
 
 @pytest.mark.slow(seconds=20)
@@ -219,7 +210,7 @@ def test_an_attention_softmax_tunes_on_the_cpu_and_stays_in_gpu_registers(user_o
         params, _ = constraint.draw(workload, cpu, seed)
         result = evaluate(workload, params, cpu, Limits(repeat=1, min_repeat_ms=1))
         assert result.status.name == "NO_ERROR", (params, result.error)
-        _no_local_memory(workload, constraint.draw(workload, H100, seed)[0], tmp_path)
+        registers_only(workload, constraint.draw(workload, H100, seed)[0], tmp_path)
     with pytest.raises(Infeasible, match="estimated registers per thread"):  # 2 rows of 64 scores: ptxas spilled
         for_workload(workload).check(workload, {"tile_i0": [4, 1, 1], "tile_i1": [1, 32, 2], "unroll": 16}, H100)
 
@@ -231,10 +222,10 @@ def test_gpu_threads_write_out_only_the_loops_that_index_their_registers(user_op
     those: a layer norm's thread of one row wrote its 768 columns out (a 400 KB kernel with 2.6 KB
     of local memory), and a column normalization its epilogue's 512 rows (650 KB)."""
     layer_norm = _example("layer_norm", rows=1024, cols=768)
-    assert len(_no_local_memory(layer_norm, {"tile_i": [32, 32, 1], "unroll": 0}, tmp_path)) < 20_000
+    assert len(registers_only(layer_norm, {"tile_i": [32, 32, 1], "unroll": 0}, tmp_path)) < 20_000
     columns = user_operators("column_norm")
     params = {"tile_j": [8, 1, 4, 2], "tile_r": [4, 16, 8], "inner_order": ["j", "r"], "unroll": 0, "shared": 0}
-    assert len(_no_local_memory(columns, params, tmp_path)) < 20_000
+    assert len(registers_only(columns, params, tmp_path)) < 20_000
 
 
 @pytest.mark.parametrize("name, params", [("softmax", {"tile_i0": [8, 1, 8], "unroll": 512}),
@@ -305,7 +296,6 @@ def test_each_examples_cuda_space_compiles_without_local_memory(name, tmp_path):
     """Two admitted configurations of each example's CUDA space (one staging its inputs in shared
     memory, where it reduces), built by TVM and compiled by nvcc: no spills, no stack frame."""
     workload = _example(name)
-    template = for_workload(workload)
     for seed, shared in ((0, 1), (1, 0)):
         params = None
         for attempt in range(50):
@@ -314,16 +304,7 @@ def test_each_examples_cuda_space_compiles_without_local_memory(name, tmp_path):
                 params = drawn
                 break
         assert params is not None
-        template.check(workload, params, H100)
-        source = kernel.source(kernel.build(kernel.scheduled(workload, params, H100), H100), H100)
-        cu = tmp_path / "kernel.cu"
-        cu.write_text(source)
-        report = subprocess.run(["nvcc", "-cubin", f"-arch={H100.arch}", "-Xptxas", "-v", "-o",
-                                 str(tmp_path / "kernel.cubin"), str(cu)], capture_output=True, text=True,
-                                check=True).stderr
-        spills = [int(b) for b in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)]
-        frames = [int(b) for b in re.findall(r"(\d+) bytes stack frame", report)]
-        assert spills and not any(spills) and not any(frames), (params, report)
+        source = registers_only(workload, params, tmp_path)
         if params.get("shared"):
             assert "__shared__" in source, params
 

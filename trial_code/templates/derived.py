@@ -574,8 +574,8 @@ def _sum_along_rows(sch: Any, stages: _Stages, anchor: Any, lanes: int) -> None:
     """Every reduction of a normalization, those before the main stage and the main one, run along
     each row in ``lanes`` partial results, one per vector lane (TVM's ``rfactor``), which are then
     combined: each row read in whole vectors, where a row per lane gathers. A reduction whose row
-    ``lanes`` does not split (``_splits``) runs a row at a time. Every stage but the output is computed under
-    ``anchor``."""
+    ``lanes`` does not split (``_splits``) runs a row at a time. Every stage but the output is
+    computed under ``anchor``."""
     order, partial = [], []
     for block in [*stages.before, stages.main]:
         loops, last = sch.get_loops(block), sch.get(block).iter_vars[-1]
