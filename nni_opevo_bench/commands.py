@@ -11,5 +11,6 @@ COMMANDS = {
     "hub": ("nni_opevo_bench.hub", "every tuner on the brute-forced spaces: 1 and 8 in flight, constrained and free"),
     "change": ("nni_opevo_bench.change", "a search change's effect: one tuner's runs in two hub fractions.csv.gz, paired"),
     "vendor-ratio": ("nni_opevo_bench.vendor_ratio", "an exported kernel against its vendor library, again and again"),
+    "registers": ("nni_opevo_bench.registers", "a CUDA template's register estimate against ptxas (nvcc, no GPU)"),
     "operators": ("nni_opevo_bench.operators", "users' operators on the CPU against MetaSchedule and their libraries"),
 }

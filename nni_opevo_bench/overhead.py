@@ -9,7 +9,7 @@ traced Python memory the tuner holds. The space is
 * ``synthetic`` (default): the tiled-MatMul landscape's factor and perm parameters, well over
   10^7 configurations, with its objective;
 * ``MM1``: MM1's CUDA space as the shipped experiment has it, with the trial code's static
-  check as the constraint (H100 limits: 78 % of the space refused), so the time includes the
+  check as the constraint (H100 limits: most of the space refused), so the time includes the
   constraint hook's; results are pseudo-random values of the configuration.
 
     python -m nni_opevo_bench.overhead                         # every tuner, 1k and 10k

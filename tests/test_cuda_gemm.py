@@ -3,11 +3,12 @@ vector loads, ``cp.async`` double buffering, dynamic shared memory past 48 KB, s
 unrolled register stage, and no local memory for any tile the static check admits."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 
 import pytest
-from cuda_build import H100, admitted_draws_use_no_local_memory, cuda_source, local_memory, ptxas
+from cuda_build import H100, admitted_draws_use_no_local_memory, cuda_source, local_memory, ptxas, registers_only
 
 from trial_code import targets, workloads
 from trial_code.templates import Infeasible, for_workload
@@ -82,6 +83,20 @@ def test_shared_memory_past_48_kb_is_dynamic_and_admitted_up_to_the_opt_in_limit
         for_workload(MM1).check(MM1, {**doubled, "tile_k": [1, 8, 128, 1]}, H100)
 
 
+def test_a_pipeline_needs_more_than_one_thread_a_block():
+    """TVM leaves the pipelined copies of a one-thread block unlowered (its build fails on
+    ``dma_start_group``): the check refuses it; two threads build."""
+    bmm1 = workloads.lookup("BMM1")
+    lone = {"tile_b": [24, 40], "tile_n": [128, 1, 1, 1], "tile_m": [8, 4, 1, 2], "tile_k": [8, 4, 4, 1],
+            "inner_order": ["k", "m", "n"], "unroll": 0, "vector": 1, "stages": 4, "pad": 0, "raster": 4}
+    with pytest.raises(Infeasible, match="stages 4 needs more than one thread a block"):
+        for_workload(bmm1).check(bmm1, lone, H100)
+    with pytest.raises(Exception, match="dma_start_group"):
+        cuda_source(bmm1, lone, checked=False)
+    cuda_source(bmm1, {**lone, "tile_m": [8, 2, 2, 2]})
+    cuda_source(bmm1, {**lone, "stages": 1})
+
+
 def test_split_k_adds_a_kernel_for_the_partial_sums():
     source = cuda_source(MM1, {**TILE, "tile_k": [4, 32, 8, 1]})
     assert len(re.findall(r"__global__[^;{]*\{", source)) == 2
@@ -116,6 +131,22 @@ def test_no_configuration_the_check_admits_uses_local_memory(name, tmp_path):
     admitted_draws_use_no_local_memory(name, tmp_path)
 
 
+@pytest.mark.slow(seconds=10)
+def test_the_register_estimate_counts_the_operand_values_the_loop_order_holds(tmp_path):
+    """8 x 16 outputs a thread, two stages of cp.async. K outermost over 2 steps: a thread holds
+    one A value and a K step's B values, and ptxas keeps all in registers (counting every step's
+    fragments twice over had refused it: 264 registers). K innermost over 8 steps: every step's B
+    fragment stays live across the rows (128 values); the check refuses it and ptxas spills."""
+    tile = {**TILE, "tile_n": [8, 2, 8, 4], "tile_m": [8, 4, 8, 4], "tile_k": [1, 128, 4, 2], "unroll": 0,
+            "stages": 2}
+    registers_only(MM1, tile, tmp_path)
+    held = {**tile, "tile_k": [1, 32, 4, 8], "inner_order": ["n", "m", "k"]}
+    with pytest.raises(Infeasible, match="estimated registers per thread 400 exceeds the limit 255"):
+        for_workload(MM1).check(MM1, held, H100)
+    _, report = ptxas(cuda_source(MM1, held, checked=False), tmp_path)
+    assert local_memory(report) > 0
+
+
 @pytest.mark.parametrize("threads, budget", [(256, 255), (288, 168), (440, 128), (1024, 64)])
 @pytest.mark.slow(seconds=5)
 def test_the_register_budget_is_what_ptxas_gives_a_block(tmp_path, threads, budget):
@@ -144,3 +175,19 @@ def test_the_register_budget_is_what_ptxas_gives_a_block(tmp_path, threads, budg
         assert wanted > budget and compiled(budget + 32, bounded)[0] <= budget
     fits, spilled = compiled(budget - 24, bounded)
     assert spilled == 0 and fits <= budget
+
+
+def test_the_registers_command_sets_the_estimate_against_ptxas(tmp_path, capsys):
+    """``nni-opevo registers`` compiles admitted draws and refusals near the limit and tells, per
+    workload, how many of each ptxas keeps free of local memory."""
+    from nni_opevo_bench import registers
+
+    out = tmp_path / "rows.jsonl"
+    registers.main(["--workloads", "MM_small", "--draws", "1", "--near", "1.2", "--out", str(out)])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {row["kind"] for row in rows} == {"admitted", "refused"}
+    assert all(row["registers"] <= row["budget"] <= targets.MAX_REGISTERS_PER_THREAD and row["local"] >= 0 for row in rows)
+    refused = next(row for row in rows if row["kind"] == "refused")
+    assert refused["rule"].startswith("estimated registers per thread")
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| MM_small |"))
+    assert line.split("|")[2].strip() == "1"

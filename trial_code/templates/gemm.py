@@ -56,6 +56,12 @@ MAX_SPLIT_K = 16
 REGISTER_OVERHEAD = 40
 """Registers a thread needs besides its accumulators and operand tiles (addresses, loop
 counters): calibrated so that no configuration the check admits spills (``tests``, ptxas -v)."""
+HOISTED_STEPS = 4
+"""K steps of operand fragments ptxas loads ahead of their use, at most (measured by
+``nni-opevo registers``: with fewer, tiles of many K steps that the estimate admitted spilled)."""
+VTHREAD_LOOP = 16
+"""Virtual threads along one axis from which TVM writes them as a loop rather than one copy of
+each statement per virtual thread (``InjectVirtualThread``)."""
 RASTER_GROUPS = (0, 2, 4, 8)
 """Column blocks per group of the block order (0: the plain 2-D grid)."""
 BANKS = 32
@@ -119,7 +125,6 @@ class GemmTemplate(Template):
         stages = check_stages(params, target)
         one_of(params, "pad", (0, 1))
         group = one_of(params, "raster", RASTER_GROUPS)
-        double = stages > 1
         limit("split-K blocks (first of 'tile_k')", k[0], MAX_SPLIT_K)
         if group and (m[0] % group or m[0] == group):
             raise Infeasible(f"raster {group} must divide the column blocks ({m[0]}, first of 'tile_m') and leave "
@@ -127,6 +132,9 @@ class GemmTemplate(Template):
         tile_n, tile_m, stage_k = n[1] * n[2] * n[3], m[1] * m[2] * m[3], k[2] * k[3]
         shared = _shared_bytes(params, s["layout"])
         threads = n[2] * m[2]
+        if stages > 1 and threads == 1:
+            raise Infeasible(f"stages {stages} needs more than one thread a block (third of 'tile_n' times third of "
+                             "'tile_m'): TVM can leave a single thread's pipelined copies unlowered (dma_start_group)")
         check_gpu_launch(target, [n[2], m[2]], n[1] * m[1], shared, [b[0] * k[0]] + ([] if group else [n[0]]),
                          dynamic_shared=True)
         # A vector load reads ``lanes`` neighbours of a shared tile's contiguous axis, aligned when
@@ -138,10 +146,8 @@ class GemmTemplate(Template):
             if run % lanes or row % lanes:
                 raise Infeasible(f"vector {lanes} does not divide the contiguous extent of the {operand} tile "
                                  f"({run}) and of its rows in memory ({row})")
-        # The accumulators, and the operand fragments of one register step: twice over when
-        # double-buffered (the pipeline keeps a second set of fragments for its last stage).
-        fragments = k[3] * (n[1] * n[3] + m[1] * m[3]) * (2 if double else 1)
-        registers = n[1] * n[3] * m[1] * m[3] + fragments + REGISTER_OVERHEAD
+        # The accumulators, and the operand values the register stage holds at once.
+        registers = n[1] * n[3] * m[1] * m[3] + _live_fragments(params) + REGISTER_OVERHEAD
         limit("estimated registers per thread", registers, registers_per_thread(threads))
 
     def split(self, workload: Workload, params: dict[str, Any] | None, target: Target) -> int:
@@ -296,6 +302,28 @@ class GemmTemplate(Template):
         cols = b[index[:, 0], :, index[:, 2]]  # (S, K)
         products = rows * cols
         return products.sum(axis=1), np.abs(products).sum(axis=1)
+
+
+def _live_fragments(params: dict[str, Any]) -> int:
+    """The operand values a thread holds at once in its register stage. The order of its loops
+    (``inner_order``) holds some: an A value (row n, step k) serves every column of the thread's
+    tile, so it stays live across the m loop, together with every A value the loops inside that
+    loop index; B's values likewise across the n loop. ptxas moves each load next to its use,
+    ahead by up to ``HOISTED_STEPS`` K steps' fragments to hide shared memory's latency. Counting
+    every K step's fragments whatever the order refused most of the tiles that ptxas keeps in
+    registers (``nni-opevo registers``). TVM writes a virtual-thread axis of ``VTHREAD_LOOP`` or
+    more as a loop, which the order no longer governs: then every fragment counts."""
+    n, m, k = params["tile_n"], params["tile_m"], params["tile_k"]
+    extents = {"n": n[1] * n[3], "m": m[1] * m[3], "k": k[3]}
+    step = extents["n"] + extents["m"]
+    if max(n[1], m[1]) >= VTHREAD_LOOP:
+        return k[3] * step
+    order = params["inner_order"]
+
+    def held(indices: str, across: str) -> int:
+        return int(np.prod([extents[loop] for loop in order[order.index(across) + 1:] if loop in indices]))
+
+    return held("nk", "m") + held("km", "n") + min(k[3], HOISTED_STEPS) * step
 
 
 def _tiles(params: dict[str, Any], layout: str) -> list[tuple[int, int]]:
