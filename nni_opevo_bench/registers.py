@@ -27,7 +27,7 @@ from trial_code import kernel, targets, workloads
 from trial_code.cli import add_number, description
 from trial_code.constraint import draw
 
-H100 = targets.Target("cuda", device="cuda-none", has_device=False, **targets.H100)
+H100 = targets.h100()
 RULE = "estimated registers per thread"
 SEED_STRIDE = 100_000
 """Seeds of one draw's search for a refusal near the limit: draw ``d`` tries seeds

@@ -11,7 +11,7 @@ from feasible import feasible
 from trial_code import kernel, targets, workloads
 from trial_code.templates import for_workload
 
-H100 = targets.Target("cuda", device="cuda-none", has_device=False, **targets.H100)
+H100 = targets.h100()
 
 
 def cuda_source(workload: workloads.Workload, params: dict[str, Any], checked: bool = True) -> str:

@@ -164,11 +164,16 @@ def cpu() -> Target:
     return Target("llvm")
 
 
+def h100() -> Target:
+    """An H100's limits, to build for where none is visible (nvcc only)."""
+    return Target("cuda", device="cuda-none", has_device=False, **H100)
+
+
 def cuda() -> Target:
     """The visible GPU's target, or an H100's limits (build only) when none is visible."""
     found = _visible_gpu()
     if found is None:
-        return Target("cuda", device="cuda-none", has_device=False, **H100)
+        return h100()
     return Target("cuda", device=f"cuda-{_physical_id()}", **found)
 
 
