@@ -38,8 +38,9 @@ setup(
         # The AutoTVM peer's cost model; the CPU-only wheel (5 MB) is enough, and a plain
         # `xgboost` install (same import) works as well.
         "xgboost": ["xgboost-cpu>=2.1"],
-        # The comparison benchmark's figures (python -m nni_opevo_bench).
-        "bench": ["matplotlib>=3.7"],
+        # The comparison benchmark's figures (python -m nni_opevo_bench); pyelftools reads a cubin's
+        # registers and local memory (nni-opevo registers, the tests' CUDA builds).
+        "bench": ["matplotlib>=3.7", "pyelftools>=0.31"],
         # Kernel Tuner's own strategies as peers on brute-forced caches (nni_opevo_bench/kernel_tuner_strategies.py).
         "kerneltuner": ["kernel_tuner>=1.3"],
         # Optuna's TPE, GP and CMA-ES samplers as peers on brute-forced caches (nni_opevo_bench/optuna_peers.py);
@@ -53,7 +54,7 @@ setup(
         # NNI experiments at once, a module fixture set up on both workers): pytest < 9.2.
         "test": ["pytest>=8,<9.2", "pytest-xdist>=3.5", "hypothesis>=6", "xgboost-cpu>=2.1", "hyperopt>=0.2.7",
                  "matplotlib>=3.7", "playwright>=1.40", "ruff>=0.6", "kernel_tuner>=1.3", "optuna>=5.0,<6",
-                 "cmaes>=0.11"],
+                 "cmaes>=0.11", "pyelftools>=0.31"],
         # The trial code builds kernels with TVM; apache-tvm-ffi 0.1.15.post2 segfaults in
         # save_json / MetaSchedule, so it is pinned.
         "tvm": ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1"],

@@ -4,25 +4,29 @@ The static check refuses a configuration whose estimated registers per thread ex
 ptxas gives a block of its threads, so that no admitted kernel spills to local memory; an
 estimate too high loses space instead. For each workload this draws configurations the check
 admits and configurations it refuses by that rule alone with an estimate at most ``--near``
-times the limit (the refusals that might be wrong), compiles each for an H100 with
-``nvcc -cubin -Xptxas -v`` and reads the registers and local memory (spills and stack frame)
-that ptxas reports. Prints figures; it asserts nothing.
+times the limit (the refusals that might be wrong), compiles each for an H100 with TVM's own
+nvcc command (what a trial's kernel gets) and reads the registers and local memory ptxas
+recorded in the cubin. Prints figures and, with ``--out``, writes them as a results page; it
+asserts nothing.
 
-    python -m nni_opevo_bench.registers --workloads MM1 MM2 MM3 BMM1 BMM2 BMM3 --draws 40
+    nni-opevo registers --workloads MM1 MM2 MM3 BMM1 BMM2 BMM3 --draws 40 --out docs/results/cuda-registers
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from nni_opevo_bench.cubin import resources
+from nni_opevo_bench.machine import describe
 from trial_code import kernel, targets, workloads
 from trial_code.cli import add_number, description
 from trial_code.constraint import draw
@@ -47,22 +51,16 @@ def _refused_near(workload: workloads.Workload, draw_index: int, near: float) ->
     return None, ""
 
 
-def ptxas_report(params: dict[str, Any], workload: workloads.Workload) -> dict[str, int]:
+def compiled(params: dict[str, Any], workload: workloads.Workload) -> dict[str, int]:
     """Registers (the most of any of the kernels), what ptxas may give (the budget of the
-    largest block, from ``__launch_bounds__``) and bytes of local memory ptxas reports. Local
-    memory below the budget is ptxas's own trade (fewer registers for more blocks an SM), not a
-    tile that ran out of registers."""
+    largest block, from ``__launch_bounds__``) and bytes of local memory a thread (the most of
+    any kernel). Local memory below the budget is ptxas's own trade (fewer registers for more
+    blocks an SM), not a tile that ran out of registers."""
     source = kernel.source(kernel.build(kernel.scheduled(workload, params, H100), H100), H100)
     threads = max(int(n) for n in re.findall(r"__launch_bounds__\((\d+)\)", source))
-    with tempfile.TemporaryDirectory() as folder:
-        cu = Path(folder) / "kernel.cu"
-        cu.write_text(source)
-        report = subprocess.run(["nvcc", "-cubin", f"-arch={H100.arch}", "-Xptxas", "-v", "-o",
-                                 str(Path(folder) / "kernel.cubin"), str(cu)],
-                                capture_output=True, text=True, check=True).stderr
-    return {"registers": max(int(n) for n in re.findall(r"Used (\d+) registers", report)),
-            "budget": targets.registers_per_thread(threads),
-            "local": sum(int(n) for n in re.findall(r"(\d+) bytes (?:spill stores|spill loads|stack frame)", report))}
+    found = resources(kernel.compile_cuda_source(source, H100)).values()
+    return {"registers": max(each.registers for each in found), "budget": targets.registers_per_thread(threads),
+            "local": max(each.local_bytes for each in found)}
 
 
 def measure(name: str, draw_index: int, near: float) -> list[dict[str, Any]]:
@@ -78,7 +76,7 @@ def measure(name: str, draw_index: int, near: float) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"workload": name, "draw": draw_index, "kind": kind, "params": params,
                                "rule": message if kind == "refused" else ""}
         try:
-            row.update(ptxas_report(params, workload))
+            row.update(compiled(params, workload))
         except Exception as error:  # noqa: BLE001 (a failed build is a finding, reported in its row)
             row["error"] = str(error).splitlines()[0][:200]
         rows.append(row)
@@ -86,14 +84,15 @@ def measure(name: str, draw_index: int, near: float) -> list[dict[str, Any]]:
 
 
 def table(rows: list[dict[str, Any]], names: list[str]) -> str:
-    """One line per workload: admitted draws, those with local memory and of those the ones
-    that used every register the budget allows (the estimate's misses); refusals near the limit
-    and those that ptxas keeps free of local memory (space the estimate loses)."""
+    """One line per workload and one for all of them: admitted draws, those with local memory
+    and of those the ones that used every register the budget allows (the estimate's misses);
+    refusals near the limit and those that ptxas keeps free of local memory (space the estimate
+    loses)."""
     lines = ["| workload | admitted | with local memory (most bytes) | of which at the register budget "
              "| failed to build | refused near the limit | of which free of local memory |",
              "|---|---|---|---|---|---|---|"]
-    for name in names:
-        mine = [row for row in rows if row["workload"] == name]
+    for name in [*names, "all"] if len(names) > 1 else names:
+        mine = [row for row in rows if name in ("all", row["workload"])]
         admitted = [row for row in mine if row["kind"] == "admitted"]
         refused = [row for row in mine if row["kind"] == "refused" and "error" not in row]
         spilled = [row for row in admitted if row.get("local")]
@@ -105,6 +104,29 @@ def table(rows: list[dict[str, Any]], names: list[str]) -> str:
     return "\n".join(lines)
 
 
+def nvcc_version() -> str:
+    """nvcc's version, e.g. ``13.0.88``."""
+    shown = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"release [\d.]+, V([\d.]+)", shown)
+    return found.group(1) if found else shown.strip().splitlines()[-1]
+
+
+def page(rows: list[dict[str, Any]], names: list[str], run: dict[str, Any]) -> str:
+    """The results page: what was built, the table, the command, machine and date."""
+    return "\n".join([
+        "# The CUDA register estimate against ptxas", "",
+        f"{run['draws']} configurations a workload that the static check admits and {run['draws']} that it refuses "
+        f"by its register rule alone, with an estimate at most {run['near']:g} times the limit, built for "
+        f"{H100.arch} by TVM's own nvcc command (fast math, ptxas's register-usage level: what a trial's "
+        "kernel gets) and read from the cubin. An admitted configuration with local memory below its register "
+        "budget is ptxas's own trade of a few spilled bytes for more blocks an SM; one at the budget would be "
+        "a tile the estimate let run out of registers. A refusal free of local memory is space the estimate "
+        "loses.", "",
+        table(rows, names), "",
+        f"Command: `{run['command']}` (from the repository root). Machine: {run['machine']}, "
+        f"nvcc {run['nvcc']}, no GPU. Run {run['started']} to {run['ended']}.", ""])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="nni-opevo registers", description=description(__doc__))
     parser.add_argument("--workloads", nargs="+", default=["MM1", "MM2", "MM3", "BMM1", "BMM2", "BMM3"],
@@ -113,21 +135,30 @@ def main(argv: list[str] | None = None) -> None:
     add_number(parser, "--near", float, 1.0, 100.0, help="refusals drawn up to this many times the limit",
                default=2.0)
     add_number(parser, "--workers", int, 1, 256, help="compiles at once", default=2)
-    parser.add_argument("--out", type=Path, help="also write every row as JSON lines here")
+    parser.add_argument("--out", type=Path, help="write the results page (README.md) and every row "
+                                                 "(rows.jsonl) into this folder")
     args = parser.parse_args(argv)
     if shutil.which("nvcc") is None:
         sys.exit("registers: nvcc (the CUDA toolkit) is not on PATH")
+    if importlib.util.find_spec("elftools") is None:
+        sys.exit("registers: pyelftools is not installed (pip install 'nni-opevo[bench]')")
     for name in args.workloads:
         if workloads.lookup(name).family not in ("matmul", "batch_matmul", "conv2d"):
             sys.exit(f"registers: --workloads {name} is not a GEMM or convolution workload")
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     jobs = [(name, index) for name in args.workloads for index in range(args.draws)]
     with ProcessPoolExecutor(args.workers) as pool:
         rows = [row for found in pool.map(measure, *zip(*jobs), [args.near] * len(jobs)) for row in found]
-    if args.out:
-        args.out.write_text("".join(json.dumps(row) + "\n" for row in rows))
     print(f"{args.draws} draws a workload, refusals up to {args.near:g} times the limit, "
-          f"built for {H100.arch} by nvcc -Xptxas -v")
+          f"built for {H100.arch} by TVM's nvcc command, read from the cubin")
     print(table(rows, args.workloads))
+    if args.out:
+        run = {"command": " ".join(["nni-opevo registers", *(argv if argv is not None else sys.argv[1:])]),
+               "machine": describe(), "nvcc": nvcc_version(), "started": started,
+               "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "draws": args.draws, "near": args.near}
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        (args.out / "README.md").write_text(page(rows, args.workloads, run))
 
 
 if __name__ == "__main__":

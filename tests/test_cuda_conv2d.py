@@ -35,7 +35,7 @@ def test_stages_fetch_the_input_window_and_kernel_tile_ahead_with_cp_async(tmp_p
     assert "ptx_cp_async_legacy_pred" in source and re.search(r"@!p st\.shared", source)
     aligned = sum(-(-4 * stages * elements // 64) * 64 for elements in (4 * 9 * 13, 8 * 4 * 5))  # alignas(64) each
     assert _shared_bytes(C2.shape, TILE, stages) == aligned
-    assert f"{aligned} bytes smem" in report and local_memory(report) == 0
+    assert f"{aligned} bytes smem" in report and local_memory(source) == 0
 
 
 def test_threads_fill_shared_memory_in_coalesced_rounds():
@@ -51,15 +51,14 @@ def test_threads_fill_shared_memory_in_coalesced_rounds():
 
 
 @pytest.mark.slow(seconds=10)
-def test_the_per_thread_tile_stays_in_registers_whatever_the_unroll_knobs(tmp_path):
+def test_the_per_thread_tile_stays_in_registers_whatever_the_unroll_knobs():
     """A 27-long per-thread column left to nvcc's ``#pragma unroll`` (``unroll_explicit`` 0) put
     the accumulators in local memory; they are written out in every mode."""
     column = {**TILE, "tile_y": [1, 1, 1, 27], "tile_x": [1, 3, 9, 1], "tile_f": [12, 1, 16, 1],
               "tile_rc": [8, 8], "tile_ry": [1, 5], "tile_rx": [1, 5]}
     for explicit, step in ((0, 0), (0, 256), (1, 0)):
-        _, report = ptxas(cuda_source(C2, {**column, "unroll_explicit": explicit, "auto_unroll_max_step": step}),
-                          tmp_path)
-        assert local_memory(report) == 0, (explicit, step, report)
+        assert local_memory(cuda_source(C2, {**column, "unroll_explicit": explicit, "auto_unroll_max_step": step})) == 0, \
+            (explicit, step)
 
 
 def test_a_stage_filled_in_one_round_is_pipelined_too():
@@ -82,18 +81,17 @@ def test_deep_pipelines_need_the_explicit_unroll():
 
 
 @pytest.mark.slow(seconds=15)
-def test_stages_past_48_kb_use_dynamic_shared_memory(tmp_path):
+def test_stages_past_48_kb_use_dynamic_shared_memory():
     wide = {**TILE, "tile_rc": [2, 32]}  # 32 channels a stage: 4 x 32 x (9 x 13 + 8 x 5) = 20 KB a stage
     source = cuda_source(C2, {**wide, "stages": 3})
     assert "extern __shared__" in source and _shared_bytes(C2.shape, wide, 3) > H100.max_shared_memory_per_block
-    _, report = ptxas(source, tmp_path)
-    assert local_memory(report) == 0
+    assert local_memory(source) == 0
 
 
 @pytest.mark.parametrize("name", [pytest.param("C1", marks=pytest.mark.slow(seconds=50)),
                                   pytest.param("C2", marks=pytest.mark.slow(seconds=140))])
-def test_no_configuration_the_check_admits_uses_local_memory(name, tmp_path):
+def test_no_configuration_the_check_admits_uses_local_memory(name):
     """Registers are estimated from the per-thread tile and the fill rounds written out (each an
     address nvcc keeps live): every admitted configuration drawn here keeps all of them in
     registers, with no spills and no stack frame."""
-    admitted_draws_use_no_local_memory(name, tmp_path)
+    admitted_draws_use_no_local_memory(name)

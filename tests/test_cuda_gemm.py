@@ -46,9 +46,10 @@ def test_a_pipeline_of_stages_fills_that_many_buffers_with_cp_async(tmp_path, st
 def test_padding_makes_the_shared_tiles_rows_bank_conflict_free(tmp_path):
     """With ``pad`` the A tile's rows of 8 floats are stored 12 apart and B's of 128 floats 132
     apart: consecutive rows start 4 banks apart; the check counts exactly the padded bytes."""
-    _, report = ptxas(cuda_source(MM1, {**TILE, "pad": 1}), tmp_path)
+    source = cuda_source(MM1, {**TILE, "pad": 1})
+    _, report = ptxas(source, tmp_path)
     padded = 4 * (64 * 12 + 8 * 132)
-    assert f"{padded} bytes smem" in report and local_memory(report) == 0
+    assert f"{padded} bytes smem" in report and local_memory(source) == 0
     from trial_code.templates import gemm
 
     assert gemm._shared_bytes({**TILE, "pad": 1}, "NN") == padded
@@ -124,27 +125,26 @@ def test_vector_width_must_divide_the_tile_and_the_rows():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["MM1", "BMM1", "BMM2", "BMM3"])
-def test_no_configuration_the_check_admits_uses_local_memory(name, tmp_path):
+def test_no_configuration_the_check_admits_uses_local_memory(name):
     """Registers are estimated from the tiles (accumulators, operand fragments, a calibrated
     overhead): every admitted configuration drawn here keeps all of them in registers, with no
     spills and no stack frame."""
-    admitted_draws_use_no_local_memory(name, tmp_path)
+    admitted_draws_use_no_local_memory(name)
 
 
 @pytest.mark.slow(seconds=10)
-def test_the_register_estimate_counts_the_operand_values_the_loop_order_holds(tmp_path):
+def test_the_register_estimate_counts_the_operand_values_the_loop_order_holds():
     """8 x 16 outputs a thread, two stages of cp.async. K outermost over 2 steps: a thread holds
     one A value and a K step's B values, and ptxas keeps all in registers (counting every step's
     fragments twice over had refused it: 264 registers). K innermost over 8 steps: every step's B
     fragment stays live across the rows (128 values); the check refuses it and ptxas spills."""
     tile = {**TILE, "tile_n": [8, 2, 8, 4], "tile_m": [8, 4, 8, 4], "tile_k": [1, 128, 4, 2], "unroll": 0,
             "stages": 2}
-    registers_only(MM1, tile, tmp_path)
+    registers_only(MM1, tile)
     held = {**tile, "tile_k": [1, 32, 4, 8], "inner_order": ["n", "m", "k"]}
     with pytest.raises(Infeasible, match="estimated registers per thread 400 exceeds the limit 255"):
         for_workload(MM1).check(MM1, held, H100)
-    _, report = ptxas(cuda_source(MM1, held, checked=False), tmp_path)
-    assert local_memory(report) > 0
+    assert local_memory(cuda_source(MM1, held, checked=False)) > 0
 
 
 @pytest.mark.parametrize("threads, budget", [(256, 255), (288, 168), (440, 128), (1024, 64)])
@@ -179,15 +179,18 @@ def test_the_register_budget_is_what_ptxas_gives_a_block(tmp_path, threads, budg
 
 def test_the_registers_command_sets_the_estimate_against_ptxas(tmp_path, capsys):
     """``nni-opevo registers`` compiles admitted draws and refusals near the limit and tells, per
-    workload, how many of each ptxas keeps free of local memory."""
+    workload, how many of each ptxas keeps free of local memory, on its output and on a results
+    page that names the command, the machine and nvcc."""
     from nni_opevo_bench import registers
 
-    out = tmp_path / "rows.jsonl"
-    registers.main(["--workloads", "MM_small", "--draws", "1", "--near", "1.2", "--out", str(out)])
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    registers.main(["--workloads", "MM_small", "--draws", "1", "--near", "1.2", "--out", str(tmp_path)])
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert {row["kind"] for row in rows} == {"admitted", "refused"}
     assert all(row["registers"] <= row["budget"] <= targets.MAX_REGISTERS_PER_THREAD and row["local"] >= 0 for row in rows)
     refused = next(row for row in rows if row["kind"] == "refused")
     assert refused["rule"].startswith("estimated registers per thread")
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| MM_small |"))
     assert line.split("|")[2].strip() == "1"
+    page = (tmp_path / "README.md").read_text()
+    assert line in page.splitlines()
+    assert "Command: `nni-opevo registers --workloads MM_small --draws 1" in page and "nvcc 13" in page

@@ -183,7 +183,7 @@ def user_operators(tmp_path, monkeypatch):
 
 @pytest.mark.slow(seconds=20)
 @NEEDS_NVCC
-def test_a_normalization_by_its_one_reduction_is_scheduled_row_by_row(user_operators, tmp_path):
+def test_a_normalization_by_its_one_reduction_is_scheduled_row_by_row(user_operators):
     """An RMS norm reduces once and spreads the result over its row: a normalization like a layer
     norm (``row_sums`` on the CPU, a thread's rows on the GPU), not a reduction with an epilogue
     whose columns the GPU wrote out whole. Drawn configurations match the reference on the CPU
@@ -196,12 +196,12 @@ def test_a_normalization_by_its_one_reduction_is_scheduled_row_by_row(user_opera
         params, _ = constraint.draw(workload, cpu, seed)
         result = evaluate(workload, params, cpu, Limits(repeat=2, min_repeat_ms=5))
         assert result.status.name == "NO_ERROR", (params, result.error)
-        registers_only(workload, constraint.draw(workload, H100, seed)[0], tmp_path)
+        registers_only(workload, constraint.draw(workload, H100, seed)[0])
 
 
 @pytest.mark.slow(seconds=20)
 @NEEDS_NVCC
-def test_an_attention_softmax_tunes_on_the_cpu_and_stays_in_gpu_registers(user_operators, tmp_path):
+def test_an_attention_softmax_tunes_on_the_cpu_and_stays_in_gpu_registers(user_operators):
     """Softmax of a batched product (attention's scores): a normalization whose first stage has
     columns of its own. Every drawn CPU configuration matches the reference (one row per tile
     made ``row_sums`` fail), and the GPU check admits only rows whose scores fit in registers."""
@@ -210,22 +210,22 @@ def test_an_attention_softmax_tunes_on_the_cpu_and_stays_in_gpu_registers(user_o
         params, _ = constraint.draw(workload, cpu, seed)
         result = evaluate(workload, params, cpu, Limits(repeat=1, min_repeat_ms=1))
         assert result.status.name == "NO_ERROR", (params, result.error)
-        registers_only(workload, constraint.draw(workload, H100, seed)[0], tmp_path)
+        registers_only(workload, constraint.draw(workload, H100, seed)[0])
     with pytest.raises(Infeasible, match="estimated registers per thread"):  # 2 rows of 64 scores: ptxas spilled
         for_workload(workload).check(workload, {"tile_i0": [4, 1, 1], "tile_i1": [1, 32, 2], "unroll": 16}, H100)
 
 
 @pytest.mark.slow(seconds=10)
 @NEEDS_NVCC
-def test_gpu_threads_write_out_only_the_loops_that_index_their_registers(user_operators, tmp_path):
+def test_gpu_threads_write_out_only_the_loops_that_index_their_registers(user_operators):
     """A GPU thread's register arrays need every loop that indexes them written out, and only
     those: a layer norm's thread of one row wrote its 768 columns out (a 400 KB kernel with 2.6 KB
     of local memory), and a column normalization its epilogue's 512 rows (650 KB)."""
     layer_norm = _example("layer_norm", rows=1024, cols=768)
-    assert len(registers_only(layer_norm, {"tile_i": [32, 32, 1], "unroll": 0}, tmp_path)) < 20_000
+    assert len(registers_only(layer_norm, {"tile_i": [32, 32, 1], "unroll": 0})) < 20_000
     columns = user_operators("column_norm")
     params = {"tile_j": [8, 1, 4, 2], "tile_r": [4, 16, 8], "inner_order": ["j", "r"], "unroll": 0, "shared": 0}
-    assert len(registers_only(columns, params, tmp_path)) < 20_000
+    assert len(registers_only(columns, params)) < 20_000
 
 
 @pytest.mark.parametrize("name, params", [("softmax", {"tile_i0": [8, 1, 8], "unroll": 512}),
@@ -292,7 +292,7 @@ def test_a_kernel_that_disagrees_with_the_reference_fails_as_a_wrong_answer(tmp_
 @pytest.mark.slow(seconds=5)
 @NEEDS_NVCC
 @pytest.mark.parametrize("name", list(SMALL))
-def test_each_examples_cuda_space_compiles_without_local_memory(name, tmp_path):
+def test_each_examples_cuda_space_compiles_without_local_memory(name):
     """Two admitted configurations of each example's CUDA space (one staging its inputs in shared
     memory, where it reduces), built by TVM and compiled by nvcc: no spills, no stack frame."""
     workload = _example(name)
@@ -304,7 +304,7 @@ def test_each_examples_cuda_space_compiles_without_local_memory(name, tmp_path):
                 params = drawn
                 break
         assert params is not None
-        source = registers_only(workload, params, tmp_path)
+        source = registers_only(workload, params)
         if params.get("shared"):
             assert "__shared__" in source, params
 

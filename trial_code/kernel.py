@@ -62,9 +62,14 @@ def source(executable: Any, target: Target) -> str:
 def compile_cuda_binary(executable: Any, target: Target) -> bytes:
     """Compile the CUDA source to a cubin with the machine's nvcc: the proof that a kernel builds
     where no GPU (and so no NVRTC module creation) is available."""
+    return compile_cuda_source(source(executable, target), target)
+
+
+def compile_cuda_source(code: str, target: Target) -> bytes:
+    """A cubin of CUDA source, compiled by TVM's own nvcc command (its fast math and ptxas
+    options, which NVRTC mirrors on a GPU), so that what it shows of registers and local memory
+    is what a trial's kernel gets."""
     from tvm.support import nvcc
 
-    tvm_target = tvm.target.Target(target.tvm_target())
-    with tvm_target:
-        return bytes(nvcc.compile_cuda(source(executable, target), target_format="cubin", arch=target.arch,
-                                       compiler="nvcc"))
+    with tvm.target.Target(target.tvm_target()):
+        return bytes(nvcc.compile_cuda(code, target_format="cubin", arch=target.arch, compiler="nvcc"))

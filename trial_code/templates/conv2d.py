@@ -44,7 +44,8 @@ SHARED_ALIGN = 64
 """Bytes each shared-memory buffer is aligned to (``alignas(64)`` in TVM's CUDA)."""
 REGISTER_OVERHEAD = 40
 """Registers a thread needs besides its accumulators and fill rounds (operands, addresses, loop
-counters): calibrated so that no configuration the check admits spills (``tests``, ptxas -v)."""
+counters): calibrated so that no configuration the check admits runs out of them (``tests``: the cubin TVM's
+compile makes, ``nni_opevo_bench.cubin``)."""
 REGISTERS_PER_STAGE = 8
 """Registers each pipeline stage past the first adds (the offsets of the copies in flight):
 without them, 2 of 28 admitted 4-stage draws spilled 8-40 bytes (ResNet-18's R7)."""

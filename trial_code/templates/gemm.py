@@ -55,7 +55,8 @@ MAX_SPLIT_K = 16
 """Split-K blocks at most: the partial sums take this many times the output's memory."""
 REGISTER_OVERHEAD = 40
 """Registers a thread needs besides its accumulators and operand tiles (addresses, loop
-counters): calibrated so that no configuration the check admits spills (``tests``, ptxas -v)."""
+counters): calibrated so that no configuration the check admits runs out of them (``tests``: the cubin TVM's
+compile makes, ``nni_opevo_bench.cubin``)."""
 HOISTED_STEPS = 4
 """K steps of operand fragments ptxas loads ahead of their use, at most (measured by
 ``nni-opevo registers``: with fewer, tiles of many K steps that the estimate admitted spilled)."""
