@@ -14,14 +14,18 @@ asserts nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +67,51 @@ def compiled(params: dict[str, Any], workload: workloads.Workload) -> dict[str, 
             "local": max(each.local_bytes for each in found)}
 
 
-def measure(name: str, draw_index: int, near: float) -> list[dict[str, Any]]:
+def compile_request() -> None:
+    """``compiled`` for the workload and parameters a JSON object on stdin names, its figures (or
+    the error's first line) as a JSON object on stdout: the program ``compiled_within`` runs."""
+    request = json.load(sys.stdin)
+    try:
+        print(json.dumps(compiled(request["params"], workloads.lookup(request["workload"]))))
+    except Exception as error:  # noqa: BLE001 (the parent reports it in the row)
+        print(json.dumps({"error": (str(error).strip().splitlines() or [type(error).__name__])[0][:200]}))
+
+
+_running: set[subprocess.Popen] = set()
+_running_lock = threading.Lock()
+
+
+def compiled_within(name: str, params: dict[str, Any], limit_s: float) -> dict[str, Any]:
+    """``compiled`` in a program of its own session, killed with its compilers past ``limit_s``:
+    nvcc's front end runs for more than half an hour on some unrolled tiles the check refuses."""
+    process = subprocess.Popen([sys.executable, "-c", "from nni_opevo_bench import registers; "
+                                "registers.compile_request()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    with _running_lock:
+        _running.add(process)
+    try:
+        out, err = process.communicate(json.dumps({"workload": name, "params": params}), timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        _kill(process)
+        return {"error": f"compile past {limit_s:g} s", "timeout": True}
+    finally:
+        with _running_lock:
+            _running.discard(process)
+    if process.returncode:
+        return {"error": (err.strip().splitlines() or [f"exit status {process.returncode}"])[-1][:200]}
+    return json.loads(out)
+
+
+def _kill(process: subprocess.Popen) -> None:
+    """Kill a compile's session (the program and its nvcc, cicc and ptxas) and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()
+
+
+def measure(name: str, draw_index: int, near: float, limit_s: float) -> list[dict[str, Any]]:
     """One admitted and one refused-near-the-limit draw of a workload, each compiled; a draw
-    whose build fails is a row with its error."""
+    whose build fails or runs past the limit is a row with its error."""
     workload = workloads.lookup(name)
     rows = []
     admitted, _ = draw(workload, H100, draw_index)
@@ -73,13 +119,8 @@ def measure(name: str, draw_index: int, near: float) -> list[dict[str, Any]]:
     for kind, params in (("admitted", admitted), ("refused", refused)):
         if params is None:
             continue
-        row: dict[str, Any] = {"workload": name, "draw": draw_index, "kind": kind, "params": params,
-                               "rule": message if kind == "refused" else ""}
-        try:
-            row.update(compiled(params, workload))
-        except Exception as error:  # noqa: BLE001 (a failed build is a finding, reported in its row)
-            row["error"] = str(error).splitlines()[0][:200]
-        rows.append(row)
+        rows.append({"workload": name, "draw": draw_index, "kind": kind, "params": params,
+                     "rule": message if kind == "refused" else "", **compiled_within(name, params, limit_s)})
     return rows
 
 
@@ -89,18 +130,20 @@ def table(rows: list[dict[str, Any]], names: list[str]) -> str:
     refusals near the limit and those that ptxas keeps free of local memory (space the estimate
     loses)."""
     lines = ["| workload | admitted | with local memory (most bytes) | of which at the register budget "
-             "| failed to build | refused near the limit | of which free of local memory |",
-             "|---|---|---|---|---|---|---|"]
+             "| failed to build | refused near the limit | of which free of local memory | of which compiled past "
+             "the limit |",
+             "|---|---|---|---|---|---|---|---|"]
     for name in [*names, "all"] if len(names) > 1 else names:
         mine = [row for row in rows if name in ("all", row["workload"])]
         admitted = [row for row in mine if row["kind"] == "admitted"]
         refused = [row for row in mine if row["kind"] == "refused" and "error" not in row]
+        late = sum(row.get("timeout", False) for row in mine if row["kind"] == "refused")
         spilled = [row for row in admitted if row.get("local")]
         most = max((row["local"] for row in spilled), default=0)
         exhausted = sum(row["registers"] >= row["budget"] for row in spilled)
         failed = sum("error" in row for row in admitted)
         lines.append(f"| {name} | {len(admitted)} | {len(spilled)} ({most}) | {exhausted} | {failed} "
-                     f"| {len(refused)} | {sum(row['local'] == 0 for row in refused)} |")
+                     f"| {len(refused) + late} | {sum(row['local'] == 0 for row in refused)} | {late} |")
     return "\n".join(lines)
 
 
@@ -118,10 +161,10 @@ def page(rows: list[dict[str, Any]], names: list[str], run: dict[str, Any]) -> s
         f"{run['draws']} configurations a workload that the static check admits and {run['draws']} that it refuses "
         f"by its register rule alone, with an estimate at most {run['near']:g} times the limit, built for "
         f"{H100.arch} by TVM's own nvcc command (fast math, ptxas's register-usage level: what a trial's "
-        "kernel gets) and read from the cubin. An admitted configuration with local memory below its register "
-        "budget is ptxas's own trade of a few spilled bytes for more blocks an SM; one at the budget would be "
-        "a tile the estimate let run out of registers. A refusal free of local memory is space the estimate "
-        "loses.", "",
+        f"kernel gets; a compile stopped after {run['limit']:g} s) and read from the cubin. An admitted "
+        "configuration with local memory below its register budget is ptxas's own trade of a few spilled bytes "
+        "for more blocks an SM; one at the budget would be a tile the estimate let run out of registers. A "
+        "refusal free of local memory is space the estimate loses.", "",
         table(rows, names), "",
         f"Command: `{run['command']}` (from the repository root). Machine: {run['machine']}, "
         f"nvcc {run['nvcc']}, no GPU. Run {run['started']} to {run['ended']}.", ""])
@@ -135,6 +178,8 @@ def main(argv: list[str] | None = None) -> None:
     add_number(parser, "--near", float, 1.0, 100.0, help="refusals drawn up to this many times the limit",
                default=2.0)
     add_number(parser, "--workers", int, 1, 256, help="compiles at once", default=2)
+    add_number(parser, "--limit", float, 10, 3600, help="seconds a compile may take (a trial's build: 60)",
+               default=120)
     parser.add_argument("--out", type=Path, help="write the results page (README.md) and every row "
                                                  "(rows.jsonl) into this folder")
     args = parser.parse_args(argv)
@@ -147,15 +192,23 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"registers: --workloads {name} is not a GEMM or convolution workload")
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     jobs = [(name, index) for name in args.workloads for index in range(args.draws)]
-    with ProcessPoolExecutor(args.workers) as pool:
-        rows = [row for found in pool.map(measure, *zip(*jobs), [args.near] * len(jobs)) for row in found]
+    try:
+        with ThreadPoolExecutor(args.workers) as pool:
+            rows = [row for found in pool.map(lambda job: measure(*job, args.near, args.limit), jobs) for row in found]
+    except BaseException:
+        with _running_lock:
+            for process in list(_running):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+        raise
     print(f"{args.draws} draws a workload, refusals up to {args.near:g} times the limit, "
           f"built for {H100.arch} by TVM's nvcc command, read from the cubin")
     print(table(rows, args.workloads))
     if args.out:
         run = {"command": " ".join(["nni-opevo registers", *(argv if argv is not None else sys.argv[1:])]),
                "machine": describe(), "nvcc": nvcc_version(), "started": started,
-               "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "draws": args.draws, "near": args.near}
+               "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "draws": args.draws, "near": args.near,
+               "limit": args.limit}
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
         (args.out / "README.md").write_text(page(rows, args.workloads, run))

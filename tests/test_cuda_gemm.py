@@ -3,9 +3,11 @@ vector loads, ``cp.async`` double buffering, dynamic shared memory past 48 KB, s
 unrolled register stage, and no local memory for any tile the static check admits."""
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from cuda_build import H100, admitted_draws_use_no_local_memory, cuda_source, local_memory, ptxas, registers_only
@@ -194,3 +196,18 @@ def test_the_registers_command_sets_the_estimate_against_ptxas(tmp_path, capsys)
     page = (tmp_path / "README.md").read_text()
     assert line in page.splitlines()
     assert "Command: `nni-opevo registers --workloads MM_small --draws 1" in page and "nvcc 13" in page
+
+
+def test_a_registers_compile_past_its_limit_is_a_row_and_leaves_nothing_running():
+    """A compile stopped at its limit is reported as such, its program and compilers killed."""
+    from nni_opevo_bench import registers
+    from trial_code.constraint import draw
+
+    small = workloads.lookup("MM_small")
+    row = registers.compiled_within("MM_small", draw(small, H100, 0)[0], limit_s=0.5)
+    assert row == {"error": "compile past 0.5 s", "timeout": True}
+    running = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):  # a process that ended meanwhile
+            running.append(path.read_bytes())
+    assert not any(b"compile_request" in line for line in running)
