@@ -61,7 +61,7 @@ def compiled(params: dict[str, Any], workload: workloads.Workload) -> dict[str, 
     any kernel). Local memory below the budget is ptxas's own trade (fewer registers for more
     blocks an SM), not a tile that ran out of registers."""
     source = kernel.source(kernel.build(kernel.scheduled(workload, params, H100), H100), H100)
-    threads = max(int(n) for n in re.findall(r"__launch_bounds__\((\d+)\)", source))
+    threads = max((int(n) for n in re.findall(r"__launch_bounds__\((\d+)\)", source)), default=1)  # none: one thread
     found = resources(kernel.compile_cuda_source(source, H100)).values()
     return {"registers": max(each.registers for each in found), "budget": targets.registers_per_thread(threads),
             "local": max(each.local_bytes for each in found)}

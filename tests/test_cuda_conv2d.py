@@ -9,7 +9,7 @@ import shutil
 import pytest
 from cuda_build import H100, admitted_draws_use_no_local_memory, cuda_source, local_memory, ptxas
 
-from trial_code import workloads
+from trial_code import targets, workloads
 from trial_code.templates import Infeasible, for_workload
 from trial_code.templates.conv2d import _shared_bytes
 
@@ -95,3 +95,16 @@ def test_no_configuration_the_check_admits_uses_local_memory(name):
     address nvcc keeps live): every admitted configuration drawn here keeps all of them in
     registers, with no spills and no stack frame."""
     admitted_draws_use_no_local_memory(name)
+
+
+@pytest.mark.slow(seconds=20)
+def test_the_registers_command_reads_a_one_thread_block():
+    """A block of one thread gets no ``__launch_bounds__`` from TVM: its budget is one thread's."""
+    from nni_opevo_bench import registers
+
+    one = {**TILE, "tile_f": [4, 8, 1, 2], "tile_y": [55, 1, 1, 1], "tile_x": [11, 5, 1, 1], "tile_rc": [3, 1],
+           "tile_ry": [1, 11], "tile_rx": [11, 1], "stages": 2}
+    c1 = workloads.lookup("C1")
+    for_workload(c1).check(c1, one, H100)
+    found = registers.compiled(one, c1)
+    assert found["budget"] == targets.MAX_REGISTERS_PER_THREAD and found["local"] == 0
