@@ -34,9 +34,11 @@ from nni_opevo_bench.machine import describe
 from trial_code import kernel, targets, workloads
 from trial_code.cli import add_number, description
 from trial_code.constraint import draw
+from trial_code.files import user_cache
 
 H100 = targets.h100()
 RULE = "estimated registers per thread"
+ROWS = Path(user_cache()) / "registers.jsonl"
 SEED_STRIDE = 100_000
 """Seeds of one draw's search for a refusal near the limit: draw ``d`` tries seeds
 ``d * SEED_STRIDE`` on, so no two draws share one."""
@@ -180,8 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     add_number(parser, "--workers", int, 1, 256, help="compiles at once", default=2)
     add_number(parser, "--limit", float, 10, 3600, help="seconds a compile may take (a trial's build: 60)",
                default=120)
-    parser.add_argument("--out", type=Path, help="write the results page (README.md) and every row "
-                                                 "(rows.jsonl) into this folder")
+    parser.add_argument("--out", type=Path, help="folder for the results page (README.md)")
+    parser.add_argument("--rows", type=Path, default=ROWS, help="file for every row, as JSON lines "
+                                                                "(default %(default)s)")
     args = parser.parse_args(argv)
     if shutil.which("nvcc") is None:
         sys.exit("registers: nvcc (the CUDA toolkit) is not on PATH")
@@ -210,8 +213,9 @@ def main(argv: list[str] | None = None) -> None:
                "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "draws": args.draws, "near": args.near,
                "limit": args.limit}
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
         (args.out / "README.md").write_text(page(rows, args.workloads, run))
+    args.rows.parent.mkdir(parents=True, exist_ok=True)
+    args.rows.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
 if __name__ == "__main__":

@@ -185,7 +185,8 @@ def test_the_registers_command_sets_the_estimate_against_ptxas(tmp_path, capsys)
     page that names the command, the machine and nvcc."""
     from nni_opevo_bench import registers
 
-    registers.main(["--workloads", "MM_small", "--draws", "1", "--near", "1.2", "--out", str(tmp_path)])
+    registers.main(["--workloads", "MM_small", "--draws", "1", "--near", "1.2", "--out", str(tmp_path),
+                    "--rows", str(tmp_path / "rows.jsonl")])
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert {row["kind"] for row in rows} == {"admitted", "refused"}
     assert all(row["registers"] <= row["budget"] <= targets.MAX_REGISTERS_PER_THREAD and row["local"] >= 0 for row in rows)
