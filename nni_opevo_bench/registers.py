@@ -94,7 +94,8 @@ def compiled_within(name: str, params: dict[str, Any], limit_s: float) -> dict[s
     try:
         out, err = process.communicate(json.dumps({"workload": name, "params": params}), timeout=limit_s)
     except subprocess.TimeoutExpired:
-        _kill(process)
+        _kill_session(process)
+        process.communicate()
         return {"error": f"compile past {limit_s:g} s", "timeout": True}
     finally:
         with _running_lock:
@@ -104,11 +105,10 @@ def compiled_within(name: str, params: dict[str, Any], limit_s: float) -> dict[s
     return json.loads(out)
 
 
-def _kill(process: subprocess.Popen) -> None:
-    """Kill a compile's session (the program and its nvcc, cicc and ptxas) and reap it."""
+def _kill_session(process: subprocess.Popen) -> None:
+    """Kill a compile's session: the program and its nvcc, cicc and ptxas."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    process.communicate()
 
 
 def measure(name: str, draw_index: int, near: float, limit_s: float) -> list[dict[str, Any]]:
@@ -201,8 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     except BaseException:
         with _running_lock:
             for process in list(_running):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
+                _kill_session(process)
         raise
     print(f"{args.draws} draws a workload, refusals up to {args.near:g} times the limit, "
           f"built for {H100.arch} by TVM's nvcc command, read from the cubin")
