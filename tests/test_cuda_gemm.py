@@ -149,6 +149,15 @@ def test_the_register_estimate_counts_the_operand_values_the_loop_order_holds():
     assert local_memory(cuda_source(MM1, held, checked=False)) > 0
 
 
+@pytest.mark.slow(seconds=10)
+def test_a_tile_one_row_high_holds_no_operand_values_across_its_rows():
+    """512 threads (a budget of 128 registers), each one row of 8 columns, K innermost after the
+    rows: each B value serves a single row, so none is held across the row loop (counting the
+    64 there had refused this tile, 149 registers), and ptxas keeps it in registers (32)."""
+    registers_only(MM1, {"tile_n": [32, 1, 16, 1], "tile_m": [4, 8, 32, 1], "tile_k": [2, 32, 2, 8],
+                         "inner_order": ["n", "k", "m"], "unroll": 512, "vector": 4, "stages": 2, "pad": 1, "raster": 2})
+
+
 @pytest.mark.parametrize("threads, budget", [(256, 255), (288, 168), (440, 128), (1024, 64)])
 @pytest.mark.slow(seconds=5)
 def test_the_register_budget_is_what_ptxas_gives_a_block(tmp_path, threads, budget):

@@ -309,7 +309,8 @@ def _live_fragments(params: dict[str, Any]) -> int:
     """The operand values a thread holds at once in its register stage. The order of its loops
     (``inner_order``) holds some: an A value (row n, step k) serves every column of the thread's
     tile, so it stays live across the m loop, together with every A value the loops inside that
-    loop index; B's values likewise across the n loop. ptxas moves each load next to its use,
+    loop index; B's values likewise across the n loop. A loop of one step (a tile one row or one
+    column wide) uses each value once and holds none. ptxas moves each load next to its use,
     ahead by up to ``HOISTED_STEPS`` K steps' fragments to hide shared memory's latency. Counting
     every K step's fragments whatever the order refused most of the tiles that ptxas keeps in
     registers (``nni-opevo registers``). TVM writes a virtual-thread axis of ``VTHREAD_LOOP`` or
@@ -322,6 +323,8 @@ def _live_fragments(params: dict[str, Any]) -> int:
     order = params["inner_order"]
 
     def held(indices: str, across: str) -> int:
+        if extents[across] == 1:
+            return 0
         return int(np.prod([extents[loop] for loop in order[order.index(across) + 1:] if loop in indices]))
 
     return held("nk", "m") + held("km", "n") + min(k[3], HOISTED_STEPS) * step
