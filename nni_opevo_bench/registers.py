@@ -33,7 +33,7 @@ from nni_opevo_bench.cubin import resources
 from nni_opevo_bench.machine import describe
 from trial_code import kernel, targets, workloads
 from trial_code.cli import add_number, description
-from trial_code.constraint import draw
+from trial_code.constraint import admitted_share, draw
 from trial_code.files import user_cache
 
 H100 = targets.h100()
@@ -126,15 +126,15 @@ def measure(name: str, draw_index: int, near: float, limit_s: float) -> list[dic
     return rows
 
 
-def table(rows: list[dict[str, Any]], names: list[str]) -> str:
-    """One line per workload and one for all of them: admitted draws, those with local memory
-    and of those the ones that used every register the budget allows (the estimate's misses);
-    refusals near the limit and those that ptxas keeps free of local memory (space the estimate
-    loses)."""
-    lines = ["| workload | admitted | with local memory (most bytes) | of which at the register budget "
-             "| failed to build | refused near the limit | of which free of local memory | of which compiled past "
-             "the limit |",
-             "|---|---|---|---|---|---|---|---|"]
+def table(rows: list[dict[str, Any]], names: list[str], shares: dict[str, float]) -> str:
+    """One line per workload and one for all of them: the share of the space the check admits;
+    admitted draws, those with local memory and of those the ones that used every register the
+    budget allows (the estimate's misses); refusals near the limit and those that ptxas keeps
+    free of local memory (space the estimate loses)."""
+    lines = ["| workload | space admitted | admitted | with local memory (most bytes) | of which at the register "
+             "budget | failed to build | refused near the limit | of which free of local memory | of which compiled "
+             "past the limit |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name in [*names, "all"] if len(names) > 1 else names:
         mine = [row for row in rows if name in ("all", row["workload"])]
         admitted = [row for row in mine if row["kind"] == "admitted"]
@@ -144,7 +144,8 @@ def table(rows: list[dict[str, Any]], names: list[str]) -> str:
         most = max((row["local"] for row in spilled), default=0)
         exhausted = sum(row["registers"] >= row["budget"] for row in spilled)
         failed = sum("error" in row for row in admitted)
-        lines.append(f"| {name} | {len(admitted)} | {len(spilled)} ({most}) | {exhausted} | {failed} "
+        share = f"{100 * shares[name]:.2f} %" if name in shares else "-"
+        lines.append(f"| {name} | {share} | {len(admitted)} | {len(spilled)} ({most}) | {exhausted} | {failed} "
                      f"| {len(refused) + late} | {sum(row['local'] == 0 for row in refused)} | {late} |")
     return "\n".join(lines)
 
@@ -156,18 +157,19 @@ def nvcc_version() -> str:
     return found.group(1) if found else shown.strip().splitlines()[-1]
 
 
-def page(rows: list[dict[str, Any]], names: list[str], run: dict[str, Any]) -> str:
+def page(rows: list[dict[str, Any]], names: list[str], shares: dict[str, float], run: dict[str, Any]) -> str:
     """The results page: what was built, the table, the command, machine and date."""
     return "\n".join([
         "# The CUDA register estimate against ptxas", "",
-        f"{run['draws']} configurations a workload that the static check admits and {run['draws']} that it refuses "
-        f"by its register rule alone, with an estimate at most {run['near']:g} times the limit, built for "
-        f"{H100.arch} by TVM's own nvcc command (fast math, ptxas's register-usage level: what a trial's "
-        f"kernel gets; a compile stopped after {run['limit']:g} s) and read from the cubin. An admitted "
+        f"The share of {run['space_draws']:,} uniform random configurations of each workload's space that the "
+        f"static check admits (seed 0); {run['draws']} configurations a workload that it admits and "
+        f"{run['draws']} that it refuses by its register rule alone, with an estimate at most {run['near']:g} times "
+        f"the limit, built for {H100.arch} by TVM's own nvcc command (fast math, ptxas's register-usage level: "
+        f"what a trial's kernel gets; a compile stopped after {run['limit']:g} s) and read from the cubin. An admitted "
         "configuration with local memory below its register budget is ptxas's own trade of a few spilled bytes "
         "for more blocks an SM; one at the budget would be a tile the estimate let run out of registers. A "
         "refusal free of local memory is space the estimate loses.", "",
-        table(rows, names), "",
+        table(rows, names, shares), "",
         f"Command: `{run['command']}` (from the repository root). Machine: {run['machine']}, "
         f"nvcc {run['nvcc']}, no GPU. Run {run['started']} to {run['ended']}.", ""])
 
@@ -182,6 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     add_number(parser, "--workers", int, 1, 256, help="compiles at once", default=2)
     add_number(parser, "--limit", float, 10, 3600, help="seconds a compile may take (a trial's build: 60)",
                default=120)
+    add_number(parser, "--space-draws", int, 1, 1_000_000, default=20_000,
+               help="random configurations a workload whose share the check admits is counted")
     parser.add_argument("--out", type=Path, help="folder for the results page (README.md)")
     parser.add_argument("--rows", type=Path, default=ROWS, help="file for every row, as JSON lines "
                                                                 "(default %(default)s)")
@@ -203,16 +207,18 @@ def main(argv: list[str] | None = None) -> None:
             for process in list(_running):
                 _kill_session(process)
         raise
+    shares = {name: admitted_share(workloads.lookup(name), H100, args.space_draws) for name in args.workloads}
     print(f"{args.draws} draws a workload, refusals up to {args.near:g} times the limit, "
-          f"built for {H100.arch} by TVM's nvcc command, read from the cubin")
-    print(table(rows, args.workloads))
+          f"built for {H100.arch} by TVM's nvcc command, read from the cubin; the share of "
+          f"{args.space_draws} random configurations the check admits")
+    print(table(rows, args.workloads, shares))
     if args.out:
         run = {"command": " ".join(["nni-opevo registers", *(argv if argv is not None else sys.argv[1:])]),
                "machine": describe(), "nvcc": nvcc_version(), "started": started,
                "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "draws": args.draws, "near": args.near,
-               "limit": args.limit}
+               "limit": args.limit, "space_draws": args.space_draws}
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "README.md").write_text(page(rows, args.workloads, run))
+        (args.out / "README.md").write_text(page(rows, args.workloads, shares, run))
     args.rows.parent.mkdir(parents=True, exist_ok=True)
     args.rows.write_text("".join(json.dumps(row) + "\n" for row in rows))
 

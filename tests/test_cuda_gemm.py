@@ -190,19 +190,23 @@ def test_the_register_budget_is_what_ptxas_gives_a_block(tmp_path, threads, budg
 
 def test_the_registers_command_sets_the_estimate_against_ptxas(tmp_path, capsys):
     """``nni-opevo registers`` compiles admitted draws and refusals near the limit and tells, per
-    workload, how many of each ptxas keeps free of local memory, on its output and on a results
-    page that names the command, the machine and nvcc."""
+    workload, the share of the space the check admits and how many of each draw ptxas keeps free
+    of local memory, on its output and on a results page that names the command, the machine and
+    nvcc."""
     from nni_opevo_bench import registers
+    from trial_code.constraint import admitted_share
 
-    registers.main(["--workloads", "MM_small", "--draws", "1", "--near", "1.2", "--out", str(tmp_path),
-                    "--rows", str(tmp_path / "rows.jsonl")])
+    registers.main(["--workloads", "MM_small", "--draws", "1", "--near", "1.2", "--space-draws", "300",
+                    "--out", str(tmp_path), "--rows", str(tmp_path / "rows.jsonl")])
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert {row["kind"] for row in rows} == {"admitted", "refused"}
     assert all(row["registers"] <= row["budget"] <= targets.MAX_REGISTERS_PER_THREAD and row["local"] >= 0 for row in rows)
     refused = next(row for row in rows if row["kind"] == "refused")
     assert refused["rule"].startswith("estimated registers per thread")
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| MM_small |"))
-    assert line.split("|")[2].strip() == "1"
+    share = admitted_share(workloads.lookup("MM_small"), H100, 300)
+    assert 0 < share < 1 and line.split("|")[2].strip() == f"{100 * share:.2f} %"
+    assert line.split("|")[3].strip() == "1"
     page = (tmp_path / "README.md").read_text()
     assert line in page.splitlines()
     assert "Command: `nni-opevo registers --workloads MM_small --draws 1" in page and "nvcc 13" in page

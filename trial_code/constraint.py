@@ -13,6 +13,8 @@ trials use; where none is visible, an H100's, as for build-only trials.
 from __future__ import annotations
 
 import functools
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 from . import networks, targets, workloads
@@ -71,12 +73,9 @@ def class_args(workload: Workload, target_kind: str) -> dict[str, Any]:
     return {"constraint": "trial_code.constraint:feasible", "constraint_args": {**args, "target": target_kind}}
 
 
-def draw(workload: Workload, target: Target, seed: int, refused_by: tuple[str, ...] = (), tries: int = 200_000
-         ) -> tuple[dict[str, Any] | None, str]:
-    """A random configuration of the workload's space that the static check admits; with
-    ``refused_by``, instead one it refuses by one of those rules (words of the rule's message),
-    with that message. (None, "") when ``tries`` draws find none. Tests draw real kernels this
-    way, and the GPU campaign its probes of the limits."""
+def _checked_samples(workload: Workload, target: Target, seed: int) -> Iterator[tuple[dict[str, Any], str]]:
+    """Uniform random configurations of the workload's space, each with the static check's
+    refusal ("" when it admits it), from the seed's generator."""
     import numpy as np
 
     from nni_opevo import SearchSpace  # here: the tuners' package costs a second to import
@@ -84,16 +83,32 @@ def draw(workload: Workload, target: Target, seed: int, refused_by: tuple[str, .
     template = for_workload(workload)
     space = SearchSpace(template.space(workload, target.kind))
     rng = np.random.default_rng(seed)
-    for _ in range(tries):
+    while True:
         params = space.to_trial(space.sample(rng))
         try:
             template.check(workload, params, target)
         except NotInSpace:
             raise
         except Infeasible as exc:
-            if refused_by and any(rule in str(exc) for rule in refused_by):
-                return params, str(exc)
+            yield params, str(exc) or type(exc).__name__
             continue
-        if not refused_by:
-            return params, ""
+        yield params, ""
+
+
+def draw(workload: Workload, target: Target, seed: int, refused_by: tuple[str, ...] = (), tries: int = 200_000
+         ) -> tuple[dict[str, Any] | None, str]:
+    """A random configuration of the workload's space that the static check admits; with
+    ``refused_by``, instead one it refuses by one of those rules (words of the rule's message),
+    with that message. (None, "") when ``tries`` draws find none. Tests draw real kernels this
+    way, and the GPU campaign its probes of the limits."""
+    for params, refusal in itertools.islice(_checked_samples(workload, target, seed), tries):
+        if (any(rule in refusal for rule in refused_by) if refused_by else not refusal):
+            return params, refusal
     return None, ""
+
+
+def admitted_share(workload: Workload, target: Target, samples: int, seed: int = 0) -> float:
+    """The share of ``samples`` uniform random configurations of the workload's space that the
+    static check admits: how much of the space a tuner may measure."""
+    checked = itertools.islice(_checked_samples(workload, target, seed), samples)
+    return sum(not refusal for _, refusal in checked) / samples
