@@ -6,8 +6,9 @@ estimate too high loses space instead. For each workload this draws configuratio
 admits and configurations it refuses by that rule alone with an estimate at most ``--near``
 times the limit (the refusals that might be wrong), compiles each for an H100 with TVM's own
 nvcc command (what a trial's kernel gets) and reads the registers and local memory ptxas
-recorded in the cubin. Prints figures and, with ``--out``, writes them as a results page; it
-asserts nothing.
+recorded in the cubin; it also counts the share of the workload's space that the check admits
+(``--space-draws`` uniform random configurations). Prints figures and, with ``--out``, writes
+them as a results page; it asserts nothing.
 
     nni-opevo registers --workloads MM1 MM2 MM3 BMM1 BMM2 BMM3 --draws 40 --out docs/results/cuda-registers
 """
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     add_number(parser, "--limit", float, 10, 3600, help="seconds a compile may take (a trial's build: 60)",
                default=120)
     add_number(parser, "--space-draws", int, 1, 1_000_000, default=20_000,
-               help="random configurations a workload whose share the check admits is counted")
+               help="random configurations a workload, to count the share the check admits")
     parser.add_argument("--out", type=Path, help="folder for the results page (README.md)")
     parser.add_argument("--rows", type=Path, default=ROWS, help="file for every row, as JSON lines "
                                                                 "(default %(default)s)")

@@ -110,5 +110,7 @@ def draw(workload: Workload, target: Target, seed: int, refused_by: tuple[str, .
 def admitted_share(workload: Workload, target: Target, samples: int, seed: int = 0) -> float:
     """The share of ``samples`` uniform random configurations of the workload's space that the
     static check admits: how much of the space a tuner may measure."""
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, not {samples}")
     checked = itertools.islice(_checked_samples(workload, target, seed), samples)
     return sum(not refusal for _, refusal in checked) / samples
