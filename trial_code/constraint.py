@@ -91,8 +91,8 @@ def _checked_samples(workload: Workload, target: Target, seed: int) -> Iterator[
             raise
         except Infeasible as exc:
             yield params, str(exc) or type(exc).__name__
-            continue
-        yield params, ""
+        else:
+            yield params, ""
 
 
 def draw(workload: Workload, target: Target, seed: int, refused_by: tuple[str, ...] = (), tries: int = 200_000
