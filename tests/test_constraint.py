@@ -29,8 +29,7 @@ def test_bad_constraint_class_args_are_named(class_args, message):
 # ------------------------------------------------------------------ the trial code's static check
 
 
-@pytest.mark.parametrize("workload,kind", [("MM1", "cuda"), ("BMM2", "cuda"),
-                                           pytest.param("C2", "cuda", marks=pytest.mark.slow(seconds=30)),
+@pytest.mark.parametrize("workload,kind", [("MM1", "cuda"), ("BMM2", "cuda"), ("C2", "cuda"),
                                            ("MM_small", "cpu"), ("C_small", "cpu")])
 def test_what_the_constraint_accepts_builds_and_what_it_refuses_no_trial_builds(workload, kind):
     """Drawn at random from the workload's space: a configuration the constraint accepts is

@@ -23,7 +23,7 @@ TILE = {"tile_f": [24, 2, 4, 1], "tile_y": [3, 1, 9, 1], "tile_x": [3, 1, 3, 3],
 
 
 @pytest.mark.parametrize("stages", [2, 4])
-@pytest.mark.slow(seconds=15)
+@pytest.mark.slow(seconds=5)
 def test_stages_fetch_the_input_window_and_kernel_tile_ahead_with_cp_async(tmp_path, stages):
     """``stages`` buffers of one stage's input window (4 channels of 9 x 13 with the halo) and
     kernel tile (8 x 4 x 5), filled by ``cp.async`` up to ``stages - 1`` stages ahead; a padding
@@ -50,7 +50,7 @@ def test_threads_fill_shared_memory_in_coalesced_rounds():
     assert not any(re.search(r"\(\(int\)threadIdx\.x\) \*", line) for line in loads)
 
 
-@pytest.mark.slow(seconds=10)
+@pytest.mark.slow(seconds=5)
 def test_the_per_thread_tile_stays_in_registers_whatever_the_unroll_knobs():
     """A 27-long per-thread column left to nvcc's ``#pragma unroll`` (``unroll_explicit`` 0) put
     the accumulators in local memory; they are written out in every mode."""
@@ -80,7 +80,7 @@ def test_deep_pipelines_need_the_explicit_unroll():
         for_workload(C2).check(C2, {**TILE, "stages": 3, "unroll_explicit": 0}, H100)
 
 
-@pytest.mark.slow(seconds=15)
+@pytest.mark.slow(seconds=5)
 def test_stages_past_48_kb_use_dynamic_shared_memory():
     wide = {**TILE, "tile_rc": [2, 32]}  # 32 channels a stage: 4 x 32 x (9 x 13 + 8 x 5) = 20 KB a stage
     source = cuda_source(C2, {**wide, "stages": 3})
@@ -88,8 +88,8 @@ def test_stages_past_48_kb_use_dynamic_shared_memory():
     assert local_memory(source) == 0
 
 
-@pytest.mark.parametrize("name", [pytest.param("C1", marks=pytest.mark.slow(seconds=50)),
-                                  pytest.param("C2", marks=pytest.mark.slow(seconds=140))])
+@pytest.mark.parametrize("name", [pytest.param("C1", marks=pytest.mark.slow(seconds=10)),
+                                  pytest.param("C2", marks=pytest.mark.slow(seconds=15))])
 def test_no_configuration_the_check_admits_uses_local_memory(name):
     """Registers are estimated from the per-thread tile and the fill rounds written out (each an
     address nvcc keeps live): every admitted configuration drawn here keeps all of them in
@@ -97,7 +97,7 @@ def test_no_configuration_the_check_admits_uses_local_memory(name):
     admitted_draws_use_no_local_memory(name)
 
 
-@pytest.mark.slow(seconds=20)
+@pytest.mark.slow(seconds=5)
 def test_the_registers_command_reads_a_one_thread_block():
     """A block of one thread gets no ``__launch_bounds__`` from TVM: its budget is one thread's."""
     from nni_opevo_bench import registers

@@ -45,10 +45,25 @@ def scheduled(workload: Workload, params: dict[str, Any] | None, target: Target)
     return sch.mod
 
 
+ASYNC_COPY = {"tirx.use_async_copy": True}
+"""Shared-memory fills that a schedule pipelines asynchronously become ``cp.async``
+(``InjectPTXAsyncCopy``)."""
+SKIPPED_PASSES = ["s_tir.LowerAsyncDMA"]
+"""``tirx.use_async_copy`` also turns this pass on, which rewrites asynchronous copies for
+targets with a DMA engine (Hexagon) and leaves CUDA's as they were, at a cost: a pipelined
+Conv2D's input window (indices of ``y * stride + ry``) took it 4-9 s of a 0.1-0.2 s build on
+the development machine (``tests/test_trial_code.py`` checks that skipping it changes no source)."""
+
+
+def build_context() -> Any:
+    """The PassContext every kernel is built in (``build``)."""
+    return tvm.transform.PassContext(config=ASYNC_COPY, disabled_pass=SKIPPED_PASSES)
+
+
 def build(module: Any, target: Target) -> Any:
-    """Compile to an executable. With a GPU visible this also compiles the CUDA code (NVRTC).
-    Shared-memory fills that a schedule pipelines asynchronously become ``cp.async``."""
-    with tvm.transform.PassContext(config={"tirx.use_async_copy": True}):
+    """Compile to an executable, in ``build_context``. With a GPU visible this also compiles the
+    CUDA code (NVRTC)."""
+    with build_context():
         return tvm.compile(module, target=tvm.target.Target(target.tvm_target()))
 
 
