@@ -15,7 +15,7 @@ from feasible import feasible
 
 from nni_opevo_tools import network_export
 from nni_opevo_tools.experiment_client import Ranking
-from trial_code import networks, targets, workloads
+from trial_code import kernel, networks, targets, workloads
 from trial_code.evaluate import Limits
 from trial_code.networks import graph as network_graph
 from trial_code.templates import for_workload
@@ -105,6 +105,34 @@ class Trials(Ranking):
 
     def final_metrics(self):
         return [(f"job{i}", str(i), json.dumps(json.dumps(r))) for i, (_, r) in enumerate(self.trials)]
+
+
+def test_a_network_built_whole_for_a_gpu_fills_shared_memory_as_its_tuned_layers_did(tiny):
+    """Each layer's kernel was tuned as ``kernel.build`` builds it, pipelined fills as ``cp.async``;
+    the network built as one program (for an H100, no GPU needed) issues the same copies: built
+    outside ``kernel.build_context`` its Conv2D filled shared memory with plain loads."""
+    import re
+
+    h100 = targets.h100()
+
+    def copies(source: str) -> int:  # cp.async statements, not the helpers' definitions
+        return len(re.findall(r"^\s+ptx_cp_async\w*\(", source, re.MULTILINE))
+
+    def cuda_source(executable) -> str:
+        modules, found = [executable.mod], []
+        while modules:
+            module = modules.pop()
+            modules += list(module.imports)
+            found += [module.inspect_source("cuda")] if module.kind == "cuda" else []
+        return "\n".join(found)
+
+    params = {layer.name: next(p for p in (feasible(layer.workload, h100, seed=s) for s in range(50))
+                               if p["stages"] > 1) for layer in LAYERS}
+    per_layer = [copies(kernel.source(kernel.build(kernel.scheduled(layer.workload, params[layer.name], h100),
+                                                   h100), h100)) for layer in LAYERS]
+    assert all(per_layer), per_layer
+    program = network_graph.Program(tiny, network_graph.kernels(tiny, params, h100), h100)
+    assert copies(cuda_source(program.executable)) == sum(per_layer)
 
 
 @pytest.mark.slow(seconds=5)

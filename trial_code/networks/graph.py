@@ -201,8 +201,9 @@ class Program:
         self.network, self.target = network, kernel.for_host(target)
         self.layers = {layer.name for layer in networks.lookup(network)}
         started = time.perf_counter()
-        self.executable = tvm.compile(module(network, layer_kernels),
-                                      target=tvm.target.Target(self.target.tvm_target()))
+        with kernel.build_context():  # as each layer's kernel was built when it was tuned (``cp.async`` fills)
+            self.executable = tvm.compile(module(network, layer_kernels),
+                                          target=tvm.target.Target(self.target.tvm_target()))
         self.build_s = time.perf_counter() - started
         self.device = device_of(self.target)
         self.max_error = math.nan
