@@ -86,18 +86,18 @@ def test_shared_memory_past_48_kb_is_dynamic_and_admitted_up_to_the_opt_in_limit
         for_workload(MM1).check(MM1, {**doubled, "tile_k": [1, 8, 128, 1]}, H100)
 
 
-def test_a_pipeline_needs_more_than_one_thread_a_block():
-    """TVM leaves the pipelined copies of a one-thread block unlowered (its build fails on
-    ``dma_start_group``): the check refuses it; two threads build."""
+def test_a_pipeline_of_one_thread_a_block_fills_shared_memory_with_cp_async():
+    """TVM's DMA lowering (``kernel.SKIPPED_PASSES``) took a one-thread block's pipelined copies for
+    a DMA engine's and the build failed on ``dma_start_group``; built without it they are
+    ``cp.async`` with their waits, as in a block of two threads, and stay out of local memory."""
     bmm1 = workloads.lookup("BMM1")
     lone = {"tile_b": [24, 40], "tile_n": [128, 1, 1, 1], "tile_m": [8, 4, 1, 2], "tile_k": [8, 4, 4, 1],
             "inner_order": ["k", "m", "n"], "unroll": 0, "vector": 1, "stages": 4, "pad": 0, "raster": 4}
-    with pytest.raises(Infeasible, match="stages 4 needs more than one thread a block"):
-        for_workload(bmm1).check(bmm1, lone, H100)
-    with pytest.raises(Exception, match="dma_start_group"):
-        cuda_source(bmm1, lone, checked=False)
-    cuda_source(bmm1, {**lone, "tile_m": [8, 2, 2, 2]})
-    cuda_source(bmm1, {**lone, "stages": 1})
+    pair = {**lone, "tile_m": [8, 2, 2, 2]}
+    sources = [registers_only(bmm1, params) for params in (lone, pair)]
+    for source in sources:
+        assert "dma_start_group" not in source and "cp.async.wait_group 3" in source
+    assert [len(re.findall(r"^\s+ptx_cp_async\w*\(", s, re.MULTILINE)) for s in sources] == [8, 8]  # 4 stages x 2 operands
 
 
 def test_split_k_adds_a_kernel_for_the_partial_sums():

@@ -50,9 +50,12 @@ ASYNC_COPY = {"tirx.use_async_copy": True}
 (``InjectPTXAsyncCopy``)."""
 SKIPPED_PASSES = ["s_tir.LowerAsyncDMA"]
 """``tirx.use_async_copy`` also turns this pass on, which rewrites asynchronous copies for
-targets with a DMA engine (Hexagon) and leaves CUDA's as they were, at a cost: a pipelined
-Conv2D's input window (indices of ``y * stride + ry``) took it 4-9 s of a 0.1-0.2 s build on
-the development machine (``tests/test_trial_code.py`` checks that skipping it changes no source)."""
+targets with a DMA engine (Hexagon). On CUDA it leaves the copies of a block's threads as they
+were, at a cost: a pipelined Conv2D's input window (indices of ``y * stride + ry``) took it 4-9 s
+of a 0.1-0.2 s build on the development machine (``tests/test_trial_code.py`` checks that
+skipping it changes no such source); and it took the copies of a block of one thread for a DMA
+engine's (``dma_start_group``, which CUDA cannot build), which without it are ``cp.async`` as
+any other block's (``tests/test_cuda_gemm.py``)."""
 
 
 def build_context() -> Any:

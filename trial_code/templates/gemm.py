@@ -123,7 +123,7 @@ class GemmTemplate(Template):
         order(params, "inner_order", GPU_INNER)
         one_of(params, "unroll", UNROLL_STEPS)
         lanes = one_of(params, "vector", VECTOR_LANES)
-        stages = check_stages(params, target)
+        check_stages(params, target)
         one_of(params, "pad", (0, 1))
         group = one_of(params, "raster", RASTER_GROUPS)
         limit("split-K blocks (first of 'tile_k')", k[0], MAX_SPLIT_K)
@@ -133,9 +133,6 @@ class GemmTemplate(Template):
         tile_n, tile_m, stage_k = n[1] * n[2] * n[3], m[1] * m[2] * m[3], k[2] * k[3]
         shared = _shared_bytes(params, s["layout"])
         threads = n[2] * m[2]
-        if stages > 1 and threads == 1:
-            raise Infeasible(f"stages {stages} needs more than one thread a block (third of 'tile_n' times third of "
-                             "'tile_m'): TVM can leave a single thread's pipelined copies unlowered (dma_start_group)")
         check_gpu_launch(target, [n[2], m[2]], n[1] * m[1], shared, [b[0] * k[0]] + ([] if group else [n[0]]),
                          dynamic_shared=True)
         # A vector load reads ``lanes`` neighbours of a shared tile's contiguous axis, aligned when
