@@ -3,6 +3,7 @@ and ptxas's report of a plain compile (shared memory, instructions), and local m
 cubin of TVM's own compile, the one a trial's kernel gets."""
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,11 @@ def ptxas(source: str, tmp_path: Path) -> tuple[str, str]:
     report = subprocess.run(["nvcc", "-cubin", arch, "-Xptxas", "-v", "-o", str(tmp_path / "kernel.cubin"), str(cu)],
                             capture_output=True, text=True, check=True).stderr
     return ptx, report
+
+
+def cp_async_copies(source: str) -> int:
+    """The ``cp.async`` copy statements in CUDA source (calls of TVM's helpers, not their definitions)."""
+    return len(re.findall(r"^\s+ptx_cp_async\w*\(", source, re.MULTILINE))
 
 
 def local_memory(source: str) -> int:

@@ -10,7 +10,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cuda_build import H100, admitted_draws_use_no_local_memory, cuda_source, local_memory, ptxas, registers_only
+from cuda_build import (
+    H100,
+    admitted_draws_use_no_local_memory,
+    cp_async_copies,
+    cuda_source,
+    local_memory,
+    ptxas,
+    registers_only,
+)
 
 from trial_code import targets, workloads
 from trial_code.templates import Infeasible, for_workload
@@ -97,7 +105,7 @@ def test_a_pipeline_of_one_thread_a_block_fills_shared_memory_with_cp_async():
     sources = [registers_only(bmm1, params) for params in (lone, pair)]
     for source in sources:
         assert "dma_start_group" not in source and "cp.async.wait_group 3" in source
-    assert [len(re.findall(r"^\s+ptx_cp_async\w*\(", s, re.MULTILINE)) for s in sources] == [8, 8]  # 4 stages x 2 operands
+    assert [cp_async_copies(source) for source in sources] == [8, 8]  # 4 stages x 2 operands
 
 
 def test_split_k_adds_a_kernel_for_the_partial_sums():

@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pytest
+from cuda_build import cp_async_copies
 from feasible import feasible
 
 from nni_opevo_tools import network_export
@@ -111,12 +112,7 @@ def test_a_network_built_whole_for_a_gpu_fills_shared_memory_as_its_tuned_layers
     """Each layer's kernel was tuned as ``kernel.build`` builds it, pipelined fills as ``cp.async``;
     the network built as one program (for an H100, no GPU needed) issues the same copies: built
     outside ``kernel.build_context`` its Conv2D filled shared memory with plain loads."""
-    import re
-
     h100 = targets.h100()
-
-    def copies(source: str) -> int:  # cp.async statements, not the helpers' definitions
-        return len(re.findall(r"^\s+ptx_cp_async\w*\(", source, re.MULTILINE))
 
     def cuda_source(executable) -> str:
         modules, found = [executable.mod], []
@@ -128,11 +124,11 @@ def test_a_network_built_whole_for_a_gpu_fills_shared_memory_as_its_tuned_layers
 
     params = {layer.name: next(p for p in (feasible(layer.workload, h100, seed=s) for s in range(50))
                                if p["stages"] > 1) for layer in LAYERS}
-    per_layer = [copies(kernel.source(kernel.build(kernel.scheduled(layer.workload, params[layer.name], h100),
+    per_layer = [cp_async_copies(kernel.source(kernel.build(kernel.scheduled(layer.workload, params[layer.name], h100),
                                                    h100), h100)) for layer in LAYERS]
     assert all(per_layer), per_layer
     program = network_graph.Program(tiny, network_graph.kernels(tiny, params, h100), h100)
-    assert copies(cuda_source(program.executable)) == sum(per_layer)
+    assert cp_async_copies(cuda_source(program.executable)) == sum(per_layer)
 
 
 @pytest.mark.slow(seconds=5)
