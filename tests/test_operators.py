@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cuda_build import H100, registers_only
+from cuda_build import H100, cuda_source, local_memory, ptxas, registers_only
 from nni_experiment import free_port, launched_id, stop_in_background
 
 from nni_opevo_tools import best as best_json
@@ -211,8 +212,24 @@ def test_an_attention_softmax_tunes_on_the_cpu_and_stays_in_gpu_registers(user_o
         result = evaluate(workload, params, cpu, Limits(repeat=1, min_repeat_ms=1))
         assert result.status.name == "NO_ERROR", (params, result.error)
         registers_only(workload, constraint.draw(workload, H100, seed)[0])
-    with pytest.raises(Infeasible, match="estimated registers per thread"):  # 2 rows of 64 scores: ptxas spilled
-        for_workload(workload).check(workload, {"tile_i0": [4, 1, 1], "tile_i1": [1, 32, 2], "unroll": 16}, H100)
+    with pytest.raises(Infeasible, match="estimated registers per thread"):  # 4 rows of 64 scores: ptxas spilled
+        for_workload(workload).check(workload, {"tile_i0": [4, 1, 1], "tile_i1": [1, 16, 4], "unroll": 0}, H100)
+
+
+@NEEDS_NVCC
+def test_attentions_scores_are_reduced_in_one_loop_that_updates_every_column(user_operators, tmp_path):
+    """Attention's scores are dot products, 64 a row of 32 steps each. A thread reduced each of
+    its row's columns in a loop of its own, and NVVM unrolled all 64 copies whole: 2,112 global
+    loads of straight-line code (cicc took 8-15 s a kernel), and two rows a thread spilled 8 KB to
+    local memory. One loop over the 32 steps, each step updating every column's register, loads
+    one step's operands at a time and keeps both rows in registers."""
+    workload = user_operators("attention")
+    rows = 2  # per thread, each with its 64 scores
+    source = cuda_source(workload, {"tile_i0": [4, 1, 1], "tile_i1": [1, 32, rows], "unroll": 16}, checked=False)
+    ptx, _ = ptxas(source, tmp_path)
+    one_step = rows + 64  # each row's Q value and each column's K value
+    assert len(re.findall(r"\bld\.global", ptx)) <= 4 * one_step  # a loop (NVVM may unroll it a few times)
+    assert local_memory(source) == 0
 
 
 @pytest.mark.slow(seconds=10)
