@@ -66,6 +66,10 @@ def generated_config(workload: Workload, tuner: str, target: str, root: str | No
     return make_spaces.write_experiments(layout, workload, tuner, (kind,), trials)[0]
 
 
+FIRST_DRAWS = 20_000
+"""Random configurations the launcher draws for a user's operator's first trial, at most."""
+
+
 def first_trial(workload: Workload, target: str) -> None:
     """A user's operator, tried before NNI starts: its template derived (the module imported, the
     computation read), one configuration its check admits built, run and checked against its
@@ -73,10 +77,12 @@ def first_trial(workload: Workload, target: str) -> None:
     resolved = targets.resolve(target)
     template = for_workload(workload)
     template.space(workload, "cuda" if resolved.kind == "cuda" else "cpu")
-    params, _ = constraint.draw(workload, resolved, seed=0, tries=20_000)
+    params, _ = constraint.draw(workload, resolved, seed=0, tries=FIRST_DRAWS)
     if params is None:
+        refusal, count = constraint.commonest_refusal(workload, resolved, seed=0, tries=FIRST_DRAWS)
         raise ValueError(f"operator {workload.shape['operator']}: no configuration of its space passes the static "
-                         f"check on {resolved.kind} in 20,000 draws")
+                         f"check on {resolved.kind} in {FIRST_DRAWS:,} draws; the commonest refusal ({count:,} of "
+                         f"them): {refusal}")
     result = evaluate(workload, params, resolved)
     if result.status.name != "NO_ERROR":
         detail = " ".join(result.error.split())[-400:]

@@ -414,6 +414,19 @@ def test_a_malformed_operator_is_refused_in_one_line(tmp_path, monkeypatch, spec
     assert not (tmp_path / "experiments").exists()
 
 
+def test_an_operator_whose_space_admits_nothing_is_refused_with_the_rule_that_refused_it(user_operators):
+    """Attention over 256 keys: each GPU thread holds a row of 256 scores, which no configuration
+    fits in registers. The launcher says which rule refused the draws, in one line."""
+    with pytest.raises(SystemExit) as refused:
+        launch.main(["--operator", "userops:attention", "--shape", "seq=256", "--target", "cuda",
+                     "--port", str(free_port())])
+    text = str(refused.value)
+    assert "\n" not in text and text.startswith("cannot generate the experiment: operator userops:attention: no "
+                                                "configuration of its space passes the static check on cuda")
+    assert re.search(r"in 20,000 draws; the commonest refusal \([\d,]+ of them\): estimated registers per thread "
+                     r"\d+ exceeds the limit \d+$", text), text
+
+
 def test_the_launcher_refuses_a_broken_operator_without_a_traceback(tmp_path):
     (tmp_path / "broken.py").write_text("import not_a_module_anywhere\n")
     found = subprocess.run([*CLI, "launch", "--operator", "broken:op", "--target", "cpu", "--port", str(free_port())],

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -105,6 +107,23 @@ def draw(workload: Workload, target: Target, seed: int, refused_by: tuple[str, .
         if (any(rule in refusal for rule in refused_by) if refused_by else not refusal):
             return params, refusal
     return None, ""
+
+
+def commonest_refusal(workload: Workload, target: Target, seed: int, tries: int) -> tuple[str, int]:
+    """Why a space admits little: the static check's rule that refuses most of ``tries`` random
+    draws, as one of its messages, and how many draws it refused (("", 0) when it refuses none).
+    Messages of one rule differ only in their numbers."""
+    rules: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    for _, refusal in itertools.islice(_checked_samples(workload, target, seed), tries):
+        if refusal:
+            rule = re.sub(r"\d[\d,.]*", "#", refusal)
+            rules[rule] += 1
+            example.setdefault(rule, refusal)
+    if not rules:
+        return "", 0
+    rule, count = rules.most_common(1)[0]
+    return example[rule], count
 
 
 def admitted_share(workload: Workload, target: Target, samples: int, seed: int = 0) -> float:
