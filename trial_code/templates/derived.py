@@ -761,8 +761,11 @@ def _reduce_outside_columns(sch: Any, block: Any, anchor: Any, rows: int) -> Non
     loops = loops_below(sch, block, anchor)
     if not reducing or all(sch.get(a).same_as(sch.get(b)) for a, b in zip(loops, reducing)):
         return
-    sch.reorder(*reducing, *(loop for loop in loops if not any(sch.get(loop).same_as(sch.get(r)) for r in reducing)))
-    initial = sch.decompose_reduction(block, reducing[0])
+    try:
+        sch.reorder(*reducing, *(loop for loop in loops if not any(sch.get(loop).same_as(sch.get(r)) for r in reducing)))
+        initial = sch.decompose_reduction(block, reducing[0])
+    except Exception:  # noqa: BLE001 (TVM's ScheduleError: the stage keeps its order, a valid kernel still)
+        return
     for loop in loops_below(sch, initial, anchor):  # the zeroing of the columns' registers, written out
         sch.unroll(loop)
 
