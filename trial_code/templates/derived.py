@@ -362,11 +362,15 @@ def _normalizes(sch: Any, stages: _Stages, rows: list[int]) -> bool:
 def _row_registers(sch: Any, stages: _Stages, rows: list[int]) -> tuple[int, int]:
     """A normalization's ``Structure.row_values`` and ``Structure.row_length``."""
     inside = [*stages.before, stages.main, *stages.after[:-1]]
-    per_row = [math.prod(int(iv.dom.extent) for iv in sch.get(b).iter_vars if int(iv.iter_type) == SPATIAL)
-               // math.prod(rows) for b in inside]
+    per_row = [_spatial_elements(sch, b) // math.prod(rows) for b in inside]
     length = max((int(iv.dom.extent) for b in [*inside, stages.after[-1]] for iv in sch.get(b).iter_vars[len(rows):]),
                  default=0)
     return sum(1 if n == 1 else math.ceil(COLUMN_REGISTERS * n) for n in per_row), length
+
+
+def _spatial_elements(sch: Any, block: Any) -> int:
+    """The values a stage computes: the product of its spatial axes' extents."""
+    return math.prod(int(iv.dom.extent) for iv in sch.get(block).iter_vars if int(iv.iter_type) == SPATIAL)
 
 
 def _safe(name: str, position: int, seen: set[str]) -> str:
@@ -754,11 +758,10 @@ def _reduce_outside_columns(sch: Any, block: Any, anchor: Any, rows: int) -> Non
     is repeated once per column, and NVVM unrolls every copy whole: 64 columns of 32 steps made
     over 2,000 loads of straight-line code, which took cicc 8-15 s a kernel, and two rows a
     thread spilled."""
-    stmt = sch.get(block)
-    spatial = math.prod(int(iv.dom.extent) for iv in stmt.iter_vars if int(iv.iter_type) == SPATIAL)
-    if spatial <= rows:  # no columns: a row's maximum or sum, its loop already the only one
+    if _spatial_elements(sch, block) <= rows:  # no columns: a row's maximum or sum, its loop already the only one
         return
-    reducing = _loops_binding(sch, block, anchor, [iv for iv in stmt.iter_vars if int(iv.iter_type) == REDUCE])
+    reduced = [iv for iv in sch.get(block).iter_vars if int(iv.iter_type) == REDUCE]
+    reducing = _loops_binding(sch, block, anchor, reduced)
     loops = loops_below(sch, block, anchor)
     if not reducing or all(sch.get(a).same_as(sch.get(b)) for a, b in zip(loops, reducing)):
         return
