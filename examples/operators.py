@@ -135,6 +135,34 @@ def layer_norm(rows: int = 1024, cols: int = 768, epsilon: float = 1e-5) -> Oper
     return Operator([x, gamma, beta], y, flops=8 * rows * cols, reference=reference, library=("PyTorch", library))
 
 
+def attention(heads: int = 8, seq: int = 128, dim: int = 64) -> Operator:
+    """Scaled dot-product attention, softmax(Q K^T / sqrt(dim)) V, for each of ``heads`` (a batch
+    of heads folded into one axis): the scores' softmax is inlined into the product with V."""
+    q = te.placeholder((heads, seq, dim), "float32", name="Q")
+    k = te.placeholder((heads, seq, dim), "float32", name="K")
+    v = te.placeholder((heads, seq, dim), "float32", name="V")
+    d = te.reduce_axis((0, dim), name="d")
+    scale = 1 / math.sqrt(dim)
+    scores = te.compute((heads, seq, seq), lambda h, i, j: te.sum(q[h, i, d] * k[h, j, d] * scale, axis=d),
+                        name="scores")
+    weights = topi.nn.softmax(scores, axis=2)
+    t = te.reduce_axis((0, seq), name="t")
+    y = te.compute((heads, seq, dim), lambda h, i, c: te.sum(weights[h, i, t] * v[h, t, c], axis=t), name="Y")
+
+    def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+        s = q @ k.transpose(0, 2, 1) * scale
+        e = np.exp(s - s.max(axis=2, keepdims=True))
+        return e / e.sum(axis=2, keepdims=True) @ v
+
+    def library(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> Callable[[], Any]:
+        torch = _torch()
+        tq, tk, tv = torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v)
+        return lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv)
+
+    return Operator([q, k, v], y, flops=4 * heads * seq * seq * dim + 4 * heads * seq * seq, reference=reference,
+                    library=("PyTorch", library))
+
+
 def _torch() -> Any:
     """PyTorch on the CPU, as a NumPy user would call it (ImportError where it is not installed:
     the kernel then has no library to be timed against)."""

@@ -17,15 +17,20 @@ The main stage's axes give the search space, in the shape of the built-in GEMM a
   after the main one take its place when there are any). For a MatMul this is the hand-written
   GEMM template's loop nest exactly (``tests/test_operators.py``). Where several stages read one
   element-wise stage (softmax's exponentials), ``compute_once`` chooses between computing it
-  once per parallel tile into a buffer and inlining it into each reader. A normalization's
+  once per parallel tile into a buffer and inlining it into each reader. A reduction before the
+  main stage whose innermost axis it reduces (attention's scores) sums in ``BEFORE_LANES``
+  partial results, one per vector lane, which it then combines. A normalization's
   (``_normalizes``) reductions run a row per vector lane, as many rows as the register tile
   (``row_sums`` 0), or along each row in ``row_sums`` partial results, one per lane.
 - CUDA: each spatial axis split in 4 (blocks, virtual threads, threads, per-thread tile) and
   each reduction axis in 3 (shared-memory stage, register stage, inner); ``inner_order``
   permutes the per-thread loops, ``shared`` stages the inputs' tiles in shared memory filled by
   all the block's threads, ``unroll`` is TVM's explicit unroll limit. Accumulators live in
-  registers; the static check bounds threads, virtual threads, shared memory (each input's
-  footprint from its affine index expressions) and registers.
+  registers, and so do the values of the stages before the main one that each thread computes
+  for its tile (softmax's maxima and sums); a stage of which each value of the main stage reads
+  a whole axis (attention's scores) is a kernel of its own, run first. The static check bounds
+  threads, virtual threads, shared memory (each input's footprint from its affine index
+  expressions) and registers.
 
 Everything is read from the computation with TVM, once per workload and process (``structure``):
 the tuner's constraint loads TVM for an operator of the user's, unlike the built-in families.
@@ -59,6 +64,10 @@ UNROLL_STEPS = (0, 16, 64, 512)
 ROW_SUMS = (8, 16)
 """A normalization's partial sums along each row on the CPU (``row_sums``): one vector register or
 two of them; more gained nothing on AVX-512."""
+BEFORE_LANES = 8
+"""On the CPU, the partial results of a reduction before the main stage along its row (attention's
+scores, each a dot product): one 256-bit vector of them. Two (16) ran attention at a third of the
+speed on AVX2; none (a scalar sum per score) at a quarter."""
 MAX_AXES = 8
 """Axes of the main stage at most: ``order`` permutes them all (8! = 40,320 orders)."""
 MAX_BYTES = 4 << 30
@@ -118,6 +127,17 @@ class Structure:
     """In a normalization, the longest axis of a stage besides the rows (a row's columns): an
     ``unroll`` of at least this writes each row's loops out, and ptxas then holds as many loads
     per row in registers."""
+    separate: tuple[str, ...]
+    """Stages before the main one of which one value of the main stage needs many (attention's
+    scores, an output reading its row's scores over every key): on the GPU each is a kernel of
+    its own, run before the main stage's, not recomputed by every thread into an array that
+    spills (``_before_main``)."""
+    kept_before: tuple[tuple[str, ...], ...]
+    """For each other stage before the main one, the main stage's spatial axes its values follow
+    (a row's maximum: the rows' axes). A GPU thread holds one of its values in a register per
+    virtual thread and point of its tile along them, beside its accumulators, and one more per
+    row for the term the main stage computes from them at each step (softmax's exponential
+    over its sum): the estimate counts both."""
     shared: bool
     """An element-wise stage that several stages read (softmax's exponentials): on the CPU the
     ``compute_once`` knob computes it once into a buffer (1) or inlines it into each reader (0)."""
@@ -221,8 +241,12 @@ class DerivedTemplate(Template):
         shared_bytes = 4 * sum(f.elements(extents) for f in found.inputs) if shared else 0
         check_gpu_launch(target, [threads], vthreads, shared_bytes, [])
         accumulators = math.prod(tiles[name][1] * tiles[name][3] for name in spatial) if found.reductions else 0
-        if accumulators:
-            limit("estimated registers per thread", accumulators + REGISTER_OVERHEAD, registers_per_thread(threads))
+        # Virtual threads each compute their own copy of a kept stage's values, whichever axes it follows.
+        kept = [vthreads * math.prod(tiles[name][3] for name in axes) for axes in found.kept_before]
+        kept = sum(kept) + max(kept, default=0)
+        if accumulators or kept:
+            limit("estimated registers per thread", accumulators + kept + REGISTER_OVERHEAD,
+                  registers_per_thread(threads))
 
     # -- the schedule ------------------------------------------------------------------------------
     def schedule(self, sch: Any, workload: Workload, params: dict[str, Any], target: Target) -> None:
@@ -342,8 +366,10 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     row_extents = [a.extent for a in axes if not a.reduction]
     normalizes = _normalizes(sch, stages, row_extents)
     row_values, row_length = _row_registers(sch, stages, row_extents) if normalizes else (0, 0)
-    return Structure(tuple(axes), tuple(footprints.values()), normalizes, row_values, row_length, bool(stages.shared),
-                     identity)
+    separate, kept = ((), ()) if normalizes else _before_main(s_tir.Schedule(tvm.IRModule({"main": function})))
+    kept_before = tuple(tuple(axes[i].name for i in positions) for positions in kept)
+    return Structure(tuple(axes), tuple(footprints.values()), normalizes, row_values, row_length, separate,
+                     kept_before, bool(stages.shared), identity)
 
 
 def _normalizes(sch: Any, stages: _Stages, rows: list[int]) -> bool:
@@ -366,6 +392,32 @@ def _row_registers(sch: Any, stages: _Stages, rows: list[int]) -> tuple[int, int
     length = max((int(iv.dom.extent) for b in [*inside, stages.after[-1]] for iv in sch.get(b).iter_vars[len(rows):]),
                  default=0)
     return sum(1 if n == 1 else math.ceil(COLUMN_REGISTERS * n) for n in per_row), length
+
+
+def _before_main(sch: Any) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
+    """``Structure.separate``, and for the other stages before the main one the positions of the
+    main stage's axes their values follow: each such stage computed for one value of the main
+    stage (under its innermost spatial loop, its reductions inside), separate where that takes
+    more than one of its values."""
+    stages = _stages(sch)
+    loops = sch.get_loops(stages.main)
+    kinds = [int(iv.iter_type) for iv in sch.get(stages.main).iter_vars]
+    spatial = [loop for loop, kind in zip(loops, kinds) if kind == SPATIAL]
+    sch.reorder(*spatial, *(loop for loop, kind in zip(loops, kinds) if kind != SPATIAL))
+    variables = [sch.get(loop).loop_var for loop in loops]
+    separate, kept = [], []
+    for block in reversed(stages.before):
+        try:
+            sch.compute_at(block, spatial[-1])
+        except Exception:  # noqa: BLE001 (TVM's ScheduleError: the schedule leaves it at the top anyway)
+            continue
+        values = [iv for iv in sch.get(block).iter_vars if int(iv.iter_type) == SPATIAL]
+        if math.prod(int(sch.get(loop).extent) for loop in _loops_binding(sch, block, spatial[-1], values)) > 1:
+            separate.append(sch.get(block).name_hint)
+        else:
+            followed = _variables_binding(sch, block, values)
+            kept.append(tuple(i for i, v in enumerate(variables) if any(v.same_as(f) for f in followed)))
+    return tuple(reversed(separate)), tuple(reversed(kept))
 
 
 def _spatial_elements(sch: Any, block: Any) -> int:
@@ -439,6 +491,11 @@ def _move_before(sch: Any, stages: _Stages, loop: Any, scope: str | None) -> Non
                 _vectorize_last(sch, block, loop, 0)
         except Exception:  # noqa: BLE001 (TVM's ScheduleError)
             _leftover(sch, block, scope is not None)
+
+
+def _under(sch: Any, block: Any, loop: Any) -> bool:
+    """Whether ``block`` is computed under ``loop`` (``_move_before`` leaves a stage it cannot move at the top)."""
+    return any(sch.get(outer).same_as(sch.get(loop)) for outer in sch.get_loops(block))
 
 
 def _reduces(sch: Any, block: Any) -> bool:
@@ -530,7 +587,17 @@ def _schedule_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str,
     if vector * (1 if last_above else params[f"tile_{spatial[-1]}"][1]) > 1:
         for writer in writers:
             _vectorize_last(sch, writer, anchor, vector)
+    partial = []
+    for before in list(stages.before):  # a reduction along its inputs' rows (attention's scores): whole vectors
+        last = sch.get(before).iter_vars[-1]
+        lanes = _vector_lanes(int(last.dom.extent), BEFORE_LANES)
+        if int(last.iter_type) == REDUCE and _splits(int(last.dom.extent), lanes):
+            partial.append(_factor_in_lanes(sch, before, lanes))
+            stages.before.insert(stages.before.index(before), partial[-1])
     _move_before(sch, stages, parallel, None)
+    for factored in partial:
+        if _under(sch, factored, parallel):
+            _vectorize_lanes(sch, factored, parallel)
     for kept in stages.kept:  # the padded input of each parallel tile, made before its loops read it
         sch.compute_at(kept, parallel)
     if reductions:
@@ -583,22 +650,33 @@ def _sum_along_rows(sch: Any, stages: _Stages, anchor: Any, lanes: int) -> None:
     computed under ``anchor``."""
     order, partial = [], []
     for block in [*stages.before, stages.main]:
-        loops, last = sch.get_loops(block), sch.get(block).iter_vars[-1]
+        last = sch.get(block).iter_vars[-1]
         if int(last.iter_type) == REDUCE and _splits(int(last.dom.extent), lanes):
-            factored = sch.rfactor(sch.split(loops[-1], [None, lanes])[1], 0)
-            partial.append(factored)
-            order.append(factored)
+            partial.append(_factor_in_lanes(sch, block, lanes))
+            order.append(partial[-1])
         order.append(block)
     for block in [*reversed(stages.after[:-1]), *reversed(order)]:
         sch.compute_at(block, anchor)
     for block in partial:
-        # Its loops under the anchor: the lane, the rows (those of one row in the tile have
-        # none), the row's terms; the lane and the terms always span more than one.
-        terms = sum(1 for iv in sch.get(block).iter_vars if int(iv.iter_type) == REDUCE and int(iv.dom.extent) > 1)
-        lane, *others = loops_below(sch, block, anchor)
-        sch.reorder(*others, lane)
-        sch.vectorize(lane)
-        sch.decompose_reduction(block, others[len(others) - terms])
+        _vectorize_lanes(sch, block, anchor)
+
+
+def _factor_in_lanes(sch: Any, block: Any, lanes: int) -> Any:
+    """The partial results of ``block``'s innermost reduction, ``lanes`` of them, one per vector
+    lane (TVM's ``rfactor``): a stage of their own, which ``block`` then combines."""
+    return sch.rfactor(sch.split(sch.get_loops(block)[-1], [None, lanes])[1], 0)
+
+
+def _vectorize_lanes(sch: Any, block: Any, anchor: Any) -> None:
+    """A stage of partial results (``_factor_in_lanes``) computed under ``anchor``: its lane
+    loop innermost and vectorized, each row's terms read in whole vectors."""
+    # Its loops under the anchor: the lane, the rows (those of one row in the tile have
+    # none), the row's terms; the lane and the terms always span more than one.
+    terms = sum(1 for iv in sch.get(block).iter_vars if int(iv.iter_type) == REDUCE and int(iv.dom.extent) > 1)
+    lane, *others = loops_below(sch, block, anchor)
+    sch.reorder(*others, lane)
+    sch.vectorize(lane)
+    sch.decompose_reduction(block, others[len(others) - terms])
 
 
 def _reduce_rows_in_vectors(sch: Any, block: Any, anchor: Any, lanes: int) -> None:
@@ -635,6 +713,9 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
     if found.rows:
         _schedule_rows_cuda(sch, stages, found, params)
         return
+    for separate in [b for b in stages.before if sch.get(b).name_hint in found.separate]:
+        _leftover(sch, separate, cuda=True)
+    stages.before = [b for b in stages.before if sch.get(b).name_hint not in found.separate]
     block = stages.main
     loops = dict(zip((a.name for a in found.axes), sch.get_loops(block)))
     parts = {a.name: sch.split(loops[a.name], params[f"tile_{a.name}"]) for a in found.axes}
@@ -678,6 +759,11 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
         for kept in stages.kept:  # now read by its shared-memory copy only: computed there
             sch.compute_inline(kept)
     _move_before(sch, stages, threads, "local")
+    for before in stages.before:  # a thread's values of it in registers, each step of a reduction updating them all
+        if _under(sch, before, threads):
+            for loop in _register_loops(sch, before, threads):
+                sch.unroll(loop)
+            _reduce_outside_columns(sch, before, threads, 0)
     # Accumulators indexed by a loop variable would live in local memory: every loop that
     # indexes them is written out.
     for name in spatial:
@@ -709,13 +795,18 @@ def _register_loops(sch: Any, block: Any, anchor: Any) -> list[Any]:
 def _loops_binding(sch: Any, block: Any, anchor: Any, iter_vars: list[Any]) -> list[Any]:
     """The loops of ``block`` under ``anchor`` whose variables the values of ``iter_vars`` (some
     of the block's own) are computed from."""
+    bound = _variables_binding(sch, block, iter_vars)
+    return [loop for loop in loops_below(sch, block, anchor) if any(sch.get(loop).loop_var.same_as(v) for v in bound)]
+
+
+def _variables_binding(sch: Any, block: Any, iter_vars: list[Any]) -> list[Any]:
+    """The loop variables the values of ``iter_vars`` (some of ``block``'s own) are computed from."""
     tvm = import_tvm()
     from tvm.tirx.analysis import undefined_vars
 
     realize = tvm.get_global_func("s_tir.schedule.GetSBlockRealize")(sch, block)
-    bound = [v for iv, value in zip(sch.get(block).iter_vars, realize.iter_values)
-             if any(iv.same_as(wanted) for wanted in iter_vars) for v in undefined_vars(value)]
-    return [loop for loop in loops_below(sch, block, anchor) if any(sch.get(loop).loop_var.same_as(v) for v in bound)]
+    return [v for iv, value in zip(sch.get(block).iter_vars, realize.iter_values)
+            if any(iv.same_as(wanted) for wanted in iter_vars) for v in undefined_vars(value)]
 
 
 def _annotate_unroll(sch: Any, loop: Any, params: dict[str, Any]) -> None:
