@@ -157,8 +157,11 @@ DRY = Scale(anchors=("MM1", "C1"), goals=(Step(("MM1",), 1, 2, ("opevo",)), Step
             pursuit=(1, 3), operators=tuple(Step((spec,), 1, 1, ("opevo",)) for spec in EXAMPLES
                                                 if spec.endswith((":matmul_bias_gelu", ":layer_norm"))),
             steps=(Step(("MM1",), 1, 2), Step(("BMM1",), 1, 1), Step(("MM1",), 2, 2)))
+OPERATOR_MINUTES = 1.48
+"""Minutes one OpEvo run of 128 trials on a user's operator took on the lent H100 (7.4 for the five
+examples of 2026-11-26)."""
 STAGE_MINUTES = {"anchors": 0.2, "correctness": 4.2, "throughput": 0.9, "knobs": 2.8, "ceiling": 1.9,
-                 "operators": 7.4}
+                 "operators": OPERATOR_MINUTES * len(EXAMPLES)}
 """Minutes each stage of the real campaign took on the lent H100 (docs/results/h100, 2026-11-25
 and 26); the goals are counted per run (``GOAL_MINUTES``), the comparison's steps from their trial
 counts at the goal runs' rate (``stage_minutes``)."""
