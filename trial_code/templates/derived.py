@@ -589,11 +589,11 @@ def _schedule_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str,
             _vectorize_last(sch, writer, anchor, vector)
     partial = []
     for before in list(stages.before):  # a reduction along its inputs' rows (attention's scores): whole vectors
-        last = sch.get(before).iter_vars[-1]
-        lanes = _vector_lanes(int(last.dom.extent), BEFORE_LANES)
-        if int(last.iter_type) == REDUCE and _splits(int(last.dom.extent), lanes):
-            partial.append(_factor_in_lanes(sch, before, lanes))
-            stages.before.insert(stages.before.index(before), partial[-1])
+        factored = _factor_in_lanes(sch, before, _vector_lanes(int(sch.get(before).iter_vars[-1].dom.extent),
+                                                              BEFORE_LANES))
+        if factored is not None:
+            partial.append(factored)
+            stages.before.insert(stages.before.index(before), factored)
     _move_before(sch, stages, parallel, None)
     for factored in partial:
         if _under(sch, factored, parallel):
@@ -650,10 +650,10 @@ def _sum_along_rows(sch: Any, stages: _Stages, anchor: Any, lanes: int) -> None:
     computed under ``anchor``."""
     order, partial = [], []
     for block in [*stages.before, stages.main]:
-        last = sch.get(block).iter_vars[-1]
-        if int(last.iter_type) == REDUCE and _splits(int(last.dom.extent), lanes):
-            partial.append(_factor_in_lanes(sch, block, lanes))
-            order.append(partial[-1])
+        factored = _factor_in_lanes(sch, block, lanes)
+        if factored is not None:
+            partial.append(factored)
+            order.append(factored)
         order.append(block)
     for block in [*reversed(stages.after[:-1]), *reversed(order)]:
         sch.compute_at(block, anchor)
@@ -661,9 +661,13 @@ def _sum_along_rows(sch: Any, stages: _Stages, anchor: Any, lanes: int) -> None:
         _vectorize_lanes(sch, block, anchor)
 
 
-def _factor_in_lanes(sch: Any, block: Any, lanes: int) -> Any:
+def _factor_in_lanes(sch: Any, block: Any, lanes: int) -> Any | None:
     """The partial results of ``block``'s innermost reduction, ``lanes`` of them, one per vector
-    lane (TVM's ``rfactor``): a stage of their own, which ``block`` then combines."""
+    lane (TVM's ``rfactor``): a stage of their own, which ``block`` then combines. None where its
+    innermost axis is not a reduction that ``lanes`` splits (``_splits``): it stays as it is."""
+    last = sch.get(block).iter_vars[-1]
+    if int(last.iter_type) != REDUCE or not _splits(int(last.dom.extent), lanes):
+        return None
     return sch.rfactor(sch.split(sch.get_loops(block)[-1], [None, lanes])[1], 0)
 
 
