@@ -11,6 +11,9 @@ recorded in the cubin; it also counts the share of the workload's space that the
 them as a results page; it asserts nothing.
 
     nni-opevo registers --workloads MM1 MM2 MM3 BMM1 BMM2 BMM3 --draws 40 --out docs/results/cuda-registers
+
+A workload named ``module:function`` is a user's operator at its default shape
+(``examples.operators:attention``), its template derived from its computation.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from trial_code import kernel, targets, workloads
 from trial_code.cli import add_number, description
 from trial_code.constraint import admitted_share, draw
 from trial_code.files import user_cache
+from trial_code.templates import for_workload
 
 H100 = targets.h100()
 RULE = "estimated registers per thread"
@@ -58,6 +62,11 @@ def _refused_near(workload: workloads.Workload, draw_index: int, near: float) ->
     return None, ""
 
 
+def named_workload(name: str) -> workloads.Workload:
+    """A named workload, or a user's operator (``module:function``) at its default shape."""
+    return workloads.make("operator", operator=name) if ":" in name else workloads.lookup(name)
+
+
 def compiled(params: dict[str, Any], workload: workloads.Workload) -> dict[str, int]:
     """Registers (the most of any of the kernels), what ptxas may give (the budget of the
     largest block, from ``__launch_bounds__``) and bytes of local memory a thread (the most of
@@ -75,7 +84,7 @@ def compile_request() -> None:
     the error's first line) as a JSON object on stdout: the program ``compiled_within`` runs."""
     request = json.load(sys.stdin)
     try:
-        print(json.dumps(compiled(request["params"], workloads.lookup(request["workload"]))))
+        print(json.dumps(compiled(request["params"], named_workload(request["workload"]))))
     except Exception as error:  # noqa: BLE001 (the parent reports it in the row)
         print(json.dumps({"error": (str(error).strip().splitlines() or [type(error).__name__])[0][:200]}))
 
@@ -115,10 +124,10 @@ def _kill_session(process: subprocess.Popen) -> None:
 def measure(name: str, draw_index: int, near: float, limit_s: float) -> list[dict[str, Any]]:
     """One admitted and one refused-near-the-limit draw of a workload, each compiled; a draw
     whose build fails or runs past the limit is a row with its error."""
-    workload = workloads.lookup(name)
+    found = named_workload(name)
     rows = []
-    admitted, _ = draw(workload, H100, draw_index)
-    refused, message = _refused_near(workload, draw_index, near)
+    admitted, _ = draw(found, H100, draw_index)
+    refused, message = _refused_near(found, draw_index, near)
     for kind, params in (("admitted", admitted), ("refused", refused)):
         if params is None:
             continue
@@ -178,7 +187,7 @@ def page(rows: list[dict[str, Any]], names: list[str], shares: dict[str, float],
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="nni-opevo registers", description=description(__doc__))
     parser.add_argument("--workloads", nargs="+", default=["MM1", "MM2", "MM3", "BMM1", "BMM2", "BMM3"],
-                        help="named CUDA workloads (trial_code.workloads)")
+                        help="named CUDA workloads (trial_code.workloads), or users' operators as module:function")
     add_number(parser, "--draws", int, 1, 10_000, help="admitted and refused draws per workload", default=20)
     add_number(parser, "--near", float, 1.0, 100.0, help="refusals drawn up to this many times the limit",
                default=2.0)
@@ -196,8 +205,14 @@ def main(argv: list[str] | None = None) -> None:
     if importlib.util.find_spec("elftools") is None:
         sys.exit("registers: pyelftools is not installed (pip install 'nni-opevo[bench]')")
     for name in args.workloads:
-        if workloads.lookup(name).family not in ("matmul", "batch_matmul", "conv2d"):
-            sys.exit(f"registers: --workloads {name} is not a GEMM or convolution workload")
+        try:
+            found = named_workload(name)
+            for_workload(found).space(found, "cuda")  # a user's operator: imported and read, or refused
+            family = found.family
+        except ValueError as error:
+            sys.exit(f"registers: --workloads {name}: {error}")
+        if family not in ("matmul", "batch_matmul", "conv2d", "operator"):
+            sys.exit(f"registers: --workloads {name} is not a GEMM, convolution or operator workload")
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     jobs = [(name, index) for name in args.workloads for index in range(args.draws)]
     try:
@@ -208,7 +223,7 @@ def main(argv: list[str] | None = None) -> None:
             for process in list(_running):
                 _kill_session(process)
         raise
-    shares = {name: admitted_share(workloads.lookup(name), H100, args.space_draws) for name in args.workloads}
+    shares = {name: admitted_share(named_workload(name), H100, args.space_draws) for name in args.workloads}
     print(f"{args.draws} draws a workload, refusals up to {args.near:g} times the limit, "
           f"built for {H100.arch} by TVM's nvcc command, read from the cubin; the share of "
           f"{args.space_draws} random configurations the check admits")

@@ -220,6 +220,25 @@ def test_the_registers_command_sets_the_estimate_against_ptxas(tmp_path, capsys)
     assert "Command: `nni-opevo registers --workloads MM_small --draws 1" in page and "nvcc 13" in page
 
 
+@pytest.mark.slow(seconds=8)
+def test_the_registers_command_sets_a_users_operator_against_ptxas(tmp_path, capsys, monkeypatch):
+    """A workload named ``module:function`` is a user's operator at its default shape, its
+    template derived from the computation; a name that imports nothing stops the command in one
+    line naming it."""
+    from nni_opevo_bench import registers
+
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)  # `examples` is imported from the repository root
+    registers.main(["--workloads", "examples.operators:matmul", "--draws", "1", "--near", "1.5", "--space-draws",
+                    "300", "--rows", str(tmp_path / "rows.jsonl")])
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    admitted = next(row for row in rows if row["kind"] == "admitted")
+    assert admitted["workload"] == "examples.operators:matmul" and admitted["local"] == 0
+    assert "tile_k" in admitted["params"] and "inner_order" in admitted["params"]  # the derived space
+    assert any(line.startswith("| examples.operators:matmul |") for line in capsys.readouterr().out.splitlines())
+    with pytest.raises(SystemExit, match=r"^registers: --workloads nosuch:op: "):
+        registers.main(["--workloads", "nosuch:op"])
+
+
 def test_a_registers_compile_past_its_limit_is_a_row_and_leaves_nothing_running(monkeypatch):
     """A compile stopped at its limit is reported as such, its program and compilers killed: no
     process of the compile's session is left but the dead (the suite's other worker may be
