@@ -188,6 +188,20 @@ USER_OPERATORS = """
             e = np.exp(s - s.max(axis=2, keepdims=True))
             return e / e.sum(axis=2, keepdims=True)
         return Operator([q, k], y, flops=2 * heads * seq * seq * dim, reference=reference)
+
+    def norm_linear(rows=256, cols=128, out=128):
+        x = te.placeholder((rows, cols), "float32", name="X")
+        w = te.placeholder((cols, out), "float32", name="W")
+        j, j2, k = (te.reduce_axis((0, cols), name=name) for name in ("j", "j2", "k"))
+        mean = te.compute((rows,), lambda i: te.sum(x[i, j] / cols, axis=j), name="mean")
+        var = te.compute((rows,), lambda i: te.sum((x[i, j2] - mean[i]) * (x[i, j2] - mean[i]) / cols, axis=j2),
+                         name="var")
+        y = te.compute((rows, out), lambda i, o: te.sum((x[i, k] - mean[i]) * te.rsqrt(var[i] + 1e-5) * w[k, o],
+                                                       axis=k), name="Y")
+        def reference(x, w):
+            centred = x - x.mean(axis=1, keepdims=True)
+            return centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + 1e-5) @ w
+        return Operator([x, w], y, flops=2 * rows * cols * out, reference=reference)
 """
 
 
@@ -271,6 +285,26 @@ def test_attentions_scores_are_a_kernel_of_their_own_before_their_product_with_v
     with pytest.raises(Infeasible, match="estimated registers per thread"):
         for_workload(workload).check(workload, crowded, H100)
     assert local_memory(cuda_source(workload, crowded, checked=False)) > 0
+
+
+@pytest.mark.slow(seconds=5)
+@NEEDS_NVCC
+def test_the_reductions_a_gpu_thread_computes_before_its_product_stay_loops_under_unroll(user_operators):
+    """A layer norm followed by a linear layer: each thread computes its rows' means and variances
+    before the product. ``unroll`` 512 over the whole block wrote the means out too (4 rows x 128
+    columns, 512 statements), and ptxas held the loads: 255 registers and 232 bytes of local
+    memory. The product alone is unrolled now; the means are one loop over the columns, each step
+    updating the thread's 4 rows. Full attention's softmax maxima and sums likewise (1,056 bytes
+    of local memory before)."""
+    layer = user_operators("norm_linear")
+    params = {"tile_i": [16, 2, 4, 2], "tile_o": [4, 1, 8, 4], "tile_k": [1, 1, 128], "inner_order": ["k", "i", "o"],
+              "unroll": 512, "shared": 1}  # admitted
+    source = registers_only(layer, params)
+    assert len(re.findall(r"mean_local_ptr\[\d+\] = \(mean_local_ptr", source)) == 4
+    assert re.search(r"for \(int \w+ = 0; \w+ < 128; \+\+\w+\)", source)
+    attention = _example("attention", heads=8, seq=128, dim=64)
+    registers_only(attention, {"tile_h": [1, 2, 4, 1], "tile_i": [64, 1, 1, 2], "tile_c": [16, 1, 2, 2],
+                               "tile_t": [16, 1, 8], "inner_order": ["c", "t", "h", "i"], "unroll": 512, "shared": 0})
 
 
 @pytest.mark.slow(seconds=10)
