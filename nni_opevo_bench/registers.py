@@ -62,11 +62,6 @@ def _refused_near(workload: workloads.Workload, draw_index: int, near: float) ->
     return None, ""
 
 
-def named_workload(name: str) -> workloads.Workload:
-    """A named workload, or a user's operator (``module:function``) at its default shape."""
-    return workloads.make("operator", operator=name) if ":" in name else workloads.lookup(name)
-
-
 def compiled(params: dict[str, Any], workload: workloads.Workload) -> dict[str, int]:
     """Registers (the most of any of the kernels), what ptxas may give (the budget of the
     largest block, from ``__launch_bounds__``) and bytes of local memory a thread (the most of
@@ -84,7 +79,7 @@ def compile_request() -> None:
     the error's first line) as a JSON object on stdout: the program ``compiled_within`` runs."""
     request = json.load(sys.stdin)
     try:
-        print(json.dumps(compiled(request["params"], named_workload(request["workload"]))))
+        print(json.dumps(compiled(request["params"], workloads.named_or_operator(request["workload"]))))
     except Exception as error:  # noqa: BLE001 (the parent reports it in the row)
         print(json.dumps({"error": (str(error).strip().splitlines() or [type(error).__name__])[0][:200]}))
 
@@ -124,7 +119,7 @@ def _kill_session(process: subprocess.Popen) -> None:
 def measure(name: str, draw_index: int, near: float, limit_s: float) -> list[dict[str, Any]]:
     """One admitted and one refused-near-the-limit draw of a workload, each compiled; a draw
     whose build fails or runs past the limit is a row with its error."""
-    found = named_workload(name)
+    found = workloads.named_or_operator(name)
     rows = []
     admitted, _ = draw(found, H100, draw_index)
     refused, message = _refused_near(found, draw_index, near)
@@ -206,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("registers: pyelftools is not installed (pip install 'nni-opevo[bench]')")
     for name in args.workloads:
         try:
-            found = named_workload(name)
+            found = workloads.named_or_operator(name)
             for_workload(found).space(found, "cuda")  # a user's operator: imported and read, or refused
             family = found.family
         except ValueError as error:
@@ -223,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
             for process in list(_running):
                 _kill_session(process)
         raise
-    shares = {name: admitted_share(named_workload(name), H100, args.space_draws) for name in args.workloads}
+    shares = {name: admitted_share(workloads.named_or_operator(name), H100, args.space_draws) for name in args.workloads}
     print(f"{args.draws} draws a workload, refusals up to {args.near:g} times the limit, "
           f"built for {H100.arch} by TVM's nvcc command, read from the cubin; the share of "
           f"{args.space_draws} random configurations the check admits")
