@@ -307,6 +307,22 @@ def test_the_reductions_a_gpu_thread_computes_before_its_product_stay_loops_unde
                                "tile_t": [16, 1, 8], "inner_order": ["c", "t", "h", "i"], "unroll": 512, "shared": 0})
 
 
+@pytest.mark.slow(seconds=5)
+@NEEDS_NVCC
+def test_more_virtual_threads_than_nvcc_unrolls_need_an_unroll_that_covers_them():
+    """TVM writes 16 or more virtual threads as a loop around each statement. A depthwise
+    convolution's 56 under ``unroll`` 16 stayed a loop, and the thread's accumulators, indexed
+    by it, lived in local memory (304 bytes): the check refuses it. ``unroll`` 64 writes the
+    loop out, and it is admitted and free of local memory."""
+    workload = _example("depthwise_conv2d", channels=64, height=56, width=56)
+    tile = {"tile_b": [1, 1, 1, 1], "tile_c": [8, 4, 2, 1], "tile_h": [2, 2, 14, 1], "tile_v": [2, 7, 4, 1],
+            "tile_ry": [1, 3, 1], "tile_rx": [1, 3, 1], "inner_order": ["rx", "c", "v", "h", "ry", "b"], "shared": 0}
+    with pytest.raises(Infeasible, match=r"virtual threads 56 .* exceed 32 and 'unroll' 16"):
+        for_workload(workload).check(workload, {**tile, "unroll": 16}, H100)
+    assert local_memory(cuda_source(workload, {**tile, "unroll": 16}, checked=False)) > 0
+    registers_only(workload, {**tile, "unroll": 64})
+
+
 @pytest.mark.slow(seconds=10)
 @NEEDS_NVCC
 def test_gpu_threads_write_out_only_the_loops_that_index_their_registers(user_operators):

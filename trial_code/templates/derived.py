@@ -50,6 +50,7 @@ import numpy as np
 from ..targets import Target, import_tvm, registers_per_thread
 from ..workloads import Workload
 from .base import (
+    Infeasible,
     Template,
     check_cpu_unroll,
     check_cpu_vector,
@@ -77,6 +78,11 @@ MAX_ROWS_PER_THREAD = 16
 """A normalization's rows one GPU thread reduces: their running values stay in registers."""
 REGISTER_OVERHEAD = 40
 """Registers a CUDA thread needs besides its accumulators (addresses, loop counters)."""
+VTHREAD_UNROLLED = 32
+"""Virtual threads whose loop a thread's registers survive: TVM writes 16 or more as a loop
+around each statement, which ``unroll`` writes out when it covers them and NVVM did up to 32;
+past that, of 20 admitted draws below ``unroll``, 9 kept their accumulators in local memory
+(304-560 bytes)."""
 COLUMN_REGISTERS = 1.5
 """Registers per value of a row a normalization's GPU thread keeps (the value, and the operands
 ptxas keeps to compute it): calibrated so that no configuration the check admits spills (ptxas
@@ -234,7 +240,7 @@ class DerivedTemplate(Template):
                                  math.prod(tiles[name][2] for name in spatial[:-1]))
             return
         order(params, "inner_order", names)
-        one_of(params, "unroll", UNROLL_STEPS)
+        unroll = one_of(params, "unroll", UNROLL_STEPS)
         shared = one_of(params, "shared", (0, 1)) if found.reductions else 0
         threads = math.prod(tiles[name][2] for name in spatial)
         vthreads = math.prod(tiles[name][1] for name in spatial)
@@ -246,6 +252,10 @@ class DerivedTemplate(Template):
         kept = [vthreads * math.prod(tiles[name][3] for name in axes) for axes in found.kept_before]
         kept = sum(kept) + max(kept, default=0)
         if accumulators or kept:
+            if vthreads > max(VTHREAD_UNROLLED, unroll):
+                raise Infeasible(f"virtual threads {vthreads} (the second factors of the spatial tile_*) exceed "
+                                 f"{VTHREAD_UNROLLED} and 'unroll' {unroll}: their loop would hold its registers in "
+                                 "local memory")
             limit("estimated registers per thread", accumulators + kept + REGISTER_OVERHEAD,
                   registers_per_thread(threads))
 
