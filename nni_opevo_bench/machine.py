@@ -1,16 +1,35 @@
-"""The one line a results page names its machine by: the CPU's model, the cores this process may
-run on, and Python's version."""
+"""The one line a results page names its machine by: the CPU's model and its widest vector
+extension (one model name comes with AVX2 or AVX-512, and CPU kernels' figures differ between
+them), the cores this process may run on, and Python's version."""
 from __future__ import annotations
 
 import platform
 
 from trial_code import targets
 
+VECTOR_EXTENSIONS = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sve", "SVE"), ("asimd", "NEON"),
+                     ("neon", "NEON"))
+"""``/proc/cpuinfo`` flags, widest first, and the names a reader knows them by."""
+
+
+def vector_extension(flags: set[str]) -> str:
+    """The widest vector extension among a CPU's flags ('' when none is known)."""
+    return next((name for flag, name in VECTOR_EXTENSIONS if flag in flags), "")
+
 
 def describe() -> str:
+    cpu, flags = "", set()
     try:
         with open("/proc/cpuinfo") as handle:
-            cpu = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or platform.machine()
-    return f"{cpu}, {targets.cpu_threads()} cores, Python {platform.python_version()}"
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not cpu:
+                    cpu = value.strip()
+                elif key.strip() in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    cpu = cpu or platform.processor() or platform.machine()
+    extension = vector_extension(flags)
+    named = f"{cpu} ({extension})" if extension else cpu
+    return f"{named}, {targets.cpu_threads()} cores, Python {platform.python_version()}"

@@ -2,6 +2,7 @@
 import csv
 import gzip
 import json
+import platform
 
 import pytest
 
@@ -226,3 +227,24 @@ def test_the_vendor_ratio_command_compares_an_export_again_and_again(tmp_path, c
     with pytest.raises(SystemExit):
         vendor_ratio.main([str(tmp_path / "nowhere")])
     assert "export: " in capsys.readouterr().err
+
+
+def test_a_results_page_names_the_machines_widest_vector_extension():
+    """One CPU model name comes with AVX2 or AVX-512, and CPU kernels' figures differ between
+    them, so the machine line names the widest extension among ``/proc/cpuinfo``'s flags."""
+    from nni_opevo_bench.machine import VECTOR_EXTENSIONS, describe, vector_extension
+
+    assert vector_extension({"fma", "avx", "avx2", "avx512f", "avx512bw"}) == "AVX-512"
+    assert vector_extension({"fma", "avx", "avx2"}) == "AVX2"
+    assert vector_extension({"fp", "asimd"}) == "NEON"
+    assert vector_extension({"fpu", "sse2"}) == ""
+    try:
+        flags = next(set(line.split(":", 1)[1].split()) for line in open("/proc/cpuinfo")
+                     if line.split(":", 1)[0].strip() in ("flags", "Features"))
+    except (OSError, StopIteration):
+        flags = set()
+    extension = vector_extension(flags)
+    line = describe()
+    named = {name for _, name in VECTOR_EXTENSIONS if f"({name}), " in line}
+    assert named == ({extension} if extension else set())
+    assert line.endswith(f"Python {platform.python_version()}")
