@@ -28,9 +28,9 @@ The main stage's axes give the search space, in the shape of the built-in GEMM a
   all the block's threads, ``unroll`` is TVM's explicit unroll limit. Accumulators live in
   registers, and so do the values of the stages before the main one that each thread computes
   for its tile (softmax's maxima and sums), whose reductions stay loops whatever ``unroll``
-  says; a stage of which each value of the main stage reads
-  a whole axis (attention's scores) is a kernel of its own, run first. The static check bounds
-  threads, virtual threads, shared memory (each input's footprint from its affine index
+  says; a stage of which each value of the main stage reads a whole axis (attention's scores)
+  is a kernel of its own, run first. The static check bounds threads, virtual threads (more
+  than 32 only within ``unroll``), shared memory (each input's footprint from its affine index
   expressions) and registers.
 
 Everything is read from the computation with TVM, once per workload and process (``structure``):
