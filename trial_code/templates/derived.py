@@ -829,10 +829,15 @@ def _keep_reduction_a_loop(sch: Any, block: Any, anchor: Any) -> None:
     """The reduction of a stage each GPU thread computes before the main one (a layer norm's mean
     of its rows) stays a loop, outside ``unroll``'s reach over the block: written out, ptxas held
     its loads in registers (4 rows' means over 128 columns: 512 loads, 232 bytes spilled)."""
-    reduced = [iv for iv in sch.get(block).iter_vars if int(iv.iter_type) == REDUCE]
-    reducing = _loops_binding(sch, block, anchor, reduced)
+    reducing = _reducing_loops(sch, block, anchor)
     if reducing:
         sch.annotate(reducing[0], "pragma_auto_unroll_max_step", 0)
+
+
+def _reducing_loops(sch: Any, block: Any, anchor: Any) -> list[Any]:
+    """The loops of ``block`` under ``anchor`` that its reductions run over, outermost first."""
+    reduced = [iv for iv in sch.get(block).iter_vars if int(iv.iter_type) == REDUCE]
+    return _loops_binding(sch, block, anchor, reduced)
 
 
 def _annotate_unroll(sch: Any, loop: Any, params: dict[str, Any]) -> None:
@@ -877,8 +882,7 @@ def _reduce_outside_columns(sch: Any, block: Any, anchor: Any, rows: int) -> Non
     thread spilled."""
     if _spatial_elements(sch, block) <= rows:  # no columns: a row's maximum or sum, its loop already the only one
         return
-    reduced = [iv for iv in sch.get(block).iter_vars if int(iv.iter_type) == REDUCE]
-    reducing = _loops_binding(sch, block, anchor, reduced)
+    reducing = _reducing_loops(sch, block, anchor)
     loops = loops_below(sch, block, anchor)
     if not reducing or all(sch.get(a).same_as(sch.get(b)) for a, b in zip(loops, reducing)):
         return
