@@ -293,8 +293,8 @@ def test_the_reductions_a_gpu_thread_computes_before_its_product_stay_loops_unde
     """A layer norm followed by a linear layer: each thread computes its rows' means and variances
     before the product. ``unroll`` 512 over the whole block wrote the means out too (4 rows x 128
     columns, 512 statements), and ptxas held the loads: 255 registers and 232 bytes of local
-    memory. The product alone is unrolled now; the means are one loop over the columns, each step
-    updating the thread's 4 rows. Full attention's softmax maxima and sums likewise (1,056 bytes
+    memory. Those reductions are kept out of ``unroll``'s reach now; the means are one loop over
+    the columns, each step updating the thread's 4 rows. Full attention's softmax maxima and sums likewise (1,056 bytes
     of local memory before)."""
     layer = user_operators("norm_linear")
     params = {"tile_i": [16, 2, 4, 2], "tile_o": [4, 1, 8, 4], "tile_k": [1, 1, 128], "inner_order": ["k", "i", "o"],

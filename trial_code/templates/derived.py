@@ -81,8 +81,8 @@ REGISTER_OVERHEAD = 40
 VTHREAD_UNROLLED = 32
 """Virtual threads whose loop a thread's registers survive: TVM writes 16 or more as a loop
 around each statement, which ``unroll`` writes out when it covers them and NVVM did up to 32;
-past that, of 20 admitted draws below ``unroll``, 9 kept their accumulators in local memory
-(304-560 bytes)."""
+past that, of 23 admitted draws below ``unroll`` (of 1,200), 9 kept their accumulators in local
+memory (24-560 bytes)."""
 COLUMN_REGISTERS = 1.5
 """Registers per value of a row a normalization's GPU thread keeps (the value, and the operands
 ptxas keeps to compute it): calibrated so that no configuration the check admits spills (ptxas
