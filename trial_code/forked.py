@@ -2,8 +2,9 @@
 configurations (the GPU campaign, ``nni-opevo benchmark``, export's re-measurement).
 
 A worker started as a program (``python -m trial_code.worker``) pays for a Python start and
-TVM's import before it builds anything: about 2 s of CPU on the development machine, more than
-the build of a GEMM tile, and most of a trial's time in the GPU campaign's throughput stage.
+TVM's import before it builds anything: 1.2-1.4 s of CPU on the development machine (with the
+ml_dtypes ``setup.py`` pins), more than the build of a GEMM tile, and most of a trial's time in
+the GPU campaign's throughput stage.
 Within ``workers()``, ``evaluate`` asks a server instead: one process per way of loading TVM
 (``worker.load_tvm_without_torch`` for CPU kernels and builds, as it comes for GPU kernels),
 started on first use, that has imported TVM and the trial code, and forks each worker from itself.
