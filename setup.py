@@ -56,9 +56,8 @@ setup(
                  "matplotlib>=3.7", "playwright>=1.40", "ruff>=0.6", "kernel_tuner>=1.3", "optuna>=5.0,<6",
                  "cmaes>=0.11", "pyelftools>=0.31"],
         # The trial code builds kernels with TVM; apache-tvm-ffi 0.1.15.post2 segfaults in
-        # save_json / MetaSchedule, so it is pinned. TVM imports ml_dtypes, whose 0.7.0 takes
-        # 0.6-0.9 s more to import than 0.6.0, in every process that loads TVM: a CPU trial (which
-        # holds the device while it loads TVM) took 2.9 s instead of 2.1 s (docs/decisions.md).
+        # save_json / MetaSchedule, so it is pinned. Every process that loads TVM imports ml_dtypes,
+        # and 0.7.0's import is the slower by most of a second (figures: docs/decisions.md).
         "tvm": ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1", "ml_dtypes<0.7"],
     },
 )
