@@ -144,18 +144,30 @@ FORKED = """
 import json, sys
 from trial_code import forked, targets, workloads
 from trial_code.evaluate import Limits, evaluate
-params, times, run_timeout = json.loads(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-with forked.workers():
+params, times, run_timeout, shared = json.loads(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] or None
+forked.IDLE_S = float(sys.argv[5])
+with forked.workers(shared=shared):
     for _ in range(times):
         result = evaluate(workloads.lookup("MM_small"), params, targets.resolve("cpu"), Limits(run_timeout=run_timeout))
         print(json.dumps({"status": result.status.name, "error": result.error, "tflops": result.tflops}), flush=True)
 """
 
 
-def forked_evaluations(env: dict, times: int, run_timeout: float = 60) -> subprocess.Popen:
-    """A parent that evaluates MM_small ``times`` times with forked workers, a line of JSON each."""
-    return subprocess.Popen([sys.executable, "-c", FORKED, json.dumps(PARAMS), str(times), str(run_timeout)],
+def forked_evaluations(env: dict, times: int, run_timeout: float = 60, shared: str | None = None,
+                       idle_s: float = 2) -> subprocess.Popen:
+    """A parent that evaluates MM_small ``times`` times with forked workers, a line of JSON each:
+    from servers of its own, or from those of the experiment ``shared`` names (as a trial under
+    NNI does), which end ``idle_s`` after their last connection closes."""
+    return subprocess.Popen([sys.executable, "-c", FORKED, json.dumps(PARAMS), str(times), str(run_timeout),
+                             shared or "", str(idle_s)],
                             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def servers(lock_dir: str) -> set[int]:
+    """The experiments' servers among this test's worker processes (their waiters and workers,
+    forked from them, carry the same command line)."""
+    found = {p.pid: p for p in workers(lock_dir) if "--listen" in p.info["cmdline"]}
+    return {pid for pid, p in found.items() if p.ppid() not in found}
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["kill-9", "term", "int"])
@@ -173,16 +185,19 @@ def test_the_worker_dies_with_its_trial_and_frees_the_device(tmp_path, env, how)
         pass
 
 
-@pytest.mark.parametrize("parent", ["trial", pytest.param("forked", marks=pytest.mark.slow(seconds=5))])
+@pytest.mark.parametrize("parent", ["trial", *(pytest.param(p, marks=pytest.mark.slow(seconds=5))
+                                                for p in ("forked", "shared"))])
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "term"])
 def test_a_worker_inside_native_code_dies_with_its_trial(tmp_path, env, how, parent):
     """The worker timing a kernel in TVM's C++ time evaluator, where no Python signal handler
     runs: killing the trial still ends it at once (its watcher kills its session), and the
     device lock is free for the next trial. The same for a parent of forked workers, whose
-    server also ends when the parent's end of its socket closes."""
+    server also ends when the parent's end of its socket closes, and for a trial of an
+    experiment, whose server ends once no trial has been connected for its idle time."""
     lock_dir = env["NNI_OPEVO_LOCK_DIR"]
     injected = inject(tmp_path, env, NATIVE_HANG)
-    process = trial(injected, "--run-timeout", "600") if parent == "trial" else forked_evaluations(injected, 1, 600)
+    process = trial(injected, "--run-timeout", "600") if parent == "trial" else \
+        forked_evaluations(injected, 1, 600, shared=f"killed-{tmp_path.name}" if parent == "shared" else None)
     wait_until_measuring(env)
     time.sleep(1)  # well inside the evaluator's loop
     process.send_signal(how)
@@ -227,6 +242,36 @@ def test_a_forked_worker_reports_as_a_worker_program_does(tmp_path, env, fault):
     assert gone(env["NNI_OPEVO_LOCK_DIR"])
 
 
+SEEN = """
+import json, os
+def patch(m):
+    real = m.verify
+    def verify(*a, **k):
+        with open(os.environ["NNI_OPEVO_TEST_TIMING"] + ".seen", "a") as seen:
+            seen.write(os.environ["NNI_TRIAL_JOB_ID"] + "\\n")
+        return real(*a, **k)
+    m.verify = verify
+"""
+
+
+@pytest.mark.slow(seconds=15)
+def test_an_experiments_trials_share_one_server_that_ends_after_the_last(tmp_path, env):
+    """Trials of one experiment (``workers(shared=...)``, as ``trial`` runs under NNI), one after
+    another, fork their workers from one server, each worker in its own trial's environment;
+    the server ends once no trial has been connected for its idle time."""
+    lock_dir = env["NNI_OPEVO_LOCK_DIR"]
+    injected = inject(tmp_path, env, SEEN)
+    seen = []
+    for trial_id in ("a", "b", "c"):
+        out, err = forked_evaluations({**injected, "NNI_TRIAL_JOB_ID": trial_id}, 1, shared=f"exp-{tmp_path.name}",
+                                      idle_s=8).communicate(timeout=300)
+        assert json.loads(out)["status"] == "NO_ERROR", err
+        seen.append(servers(lock_dir))
+    assert len(seen[0]) == 1 and seen[0] == seen[1] == seen[2], f"one server for the three trials: {seen}"
+    assert Path(env["NNI_OPEVO_TEST_TIMING"] + ".seen").read_text().split() == ["a", "b", "c"]
+    assert gone(lock_dir, timeout=30), "the experiment's server outlived its idle time"
+
+
 def test_under_the_switch_workers_stay_programs(monkeypatch):
     """``NNI_OPEVO_FORK=0``: ``workers()`` starts no server, and each worker is a program."""
     from trial_code import forked
@@ -237,22 +282,26 @@ def test_under_the_switch_workers_stay_programs(monkeypatch):
         assert forked.start({"target": {"kind": "llvm"}}, 2, 0, {}) is None
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["own", "experiment"])
 @pytest.mark.slow(seconds=8)
-def test_a_dead_worker_server_is_replaced(env):
-    """A server killed between two evaluations: the next one starts another and measures."""
+def test_a_dead_worker_server_is_replaced(tmp_path, env, monkeypatch, shared):
+    """A server killed between two evaluations, a parent's own or the experiment's: the next
+    evaluation starts another and measures."""
     from trial_code import forked, targets
     from trial_code.evaluate import evaluate
 
+    monkeypatch.setattr(forked, "IDLE_S", 1.0)
+    lock_dir = env["NNI_OPEVO_LOCK_DIR"]
     small, cpu = workloads.lookup("MM_small"), targets.resolve("cpu")
-    with forked.workers():
+    with forked.workers(shared=f"replaced-{tmp_path.name}" if shared else None):
         assert evaluate(small, PARAMS, cpu).status.name == "NO_ERROR"
-        first = forked._servers[True].process
+        first = psutil.Process(*servers(lock_dir)) if shared else forked._servers[True].process
         first.kill()
         first.wait()
         result = evaluate(small, PARAMS, cpu)
         assert result.status.name == "NO_ERROR", result.error
-        assert forked._servers[True].process.pid != first.pid
-    assert gone(env["NNI_OPEVO_LOCK_DIR"])
+        assert (servers(lock_dir) if shared else {forked._servers[True].process.pid}) - {first.pid}
+    assert gone(lock_dir)
 
 
 def test_a_killed_worker_is_a_reported_failure(tmp_path, env):

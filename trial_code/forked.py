@@ -1,10 +1,11 @@
-"""Workers forked from a process that has TVM loaded already, for a parent that evaluates many
-configurations (the GPU campaign, ``nni-opevo benchmark``, export's re-measurement).
+"""Workers forked from a process that has TVM loaded already: for a parent that evaluates many
+configurations (the GPU campaign, ``nni-opevo benchmark``, export's re-measurement), and for the
+trials of one NNI experiment, which share the experiment's servers.
 
 A worker started as a program (``python -m trial_code.worker``) pays for a Python start and
 TVM's import before it builds anything: 1.2-1.4 s of CPU on the development machine (with the
 ml_dtypes ``setup.py`` pins), more than the build of a GEMM tile, and most of a trial's time in
-the GPU campaign's throughput stage.
+the GPU campaign's throughput stage; on the CPU a trial pays it holding the device (``worker.run``).
 Within ``workers()``, ``evaluate`` asks a server instead: one process per way of loading TVM
 (``worker.load_tvm_without_torch`` for CPU kernels and builds, as it comes for GPU kernels),
 started on first use, that has imported TVM and the trial code, and forks each worker from itself.
@@ -15,24 +16,34 @@ session when the parent ends (``worker``). The server forks a waiter per job, wh
 job's session, forks the worker and writes its exit status on a pipe of the parent's: the parent
 kills the session as it would a worker it started itself, and reads the same exit status.
 
-The server needs nothing from the parent but its socket: it lives in a session of its own (a ^C
-at the terminal reaches the parent, which ends its workers) and exits when the socket closes,
-with the ``workers()`` block or with the parent, however that ends. Python's own forkserver
+A parent's own server (``workers()``) needs nothing from the parent but its socket: it lives in a
+session of its own (a ^C at the terminal reaches the parent, which ends its workers) and exits
+when the socket closes, with the ``workers()`` block or with the parent, however that ends.
+An experiment's servers (``workers(shared=<experiment id>)``, what ``trial`` uses under NNI) are
+found by name, an abstract Unix socket of this user's (the other end's uid checked both ways)
+named by the experiment and by how this process imports the trial code; the first trial that
+finds none starts one, and a server exits ``IDLE_S`` after its last trial's connection closed,
+so a stopped or killed experiment leaves nothing running for longer. Python's own forkserver
 (``multiprocessing``) is not used: it imports the parent's main module into every child (a
 harness command's, 2.6 s with NNI), and reports exit codes through its own Process objects.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import select
+import selectors
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any, BinaryIO
@@ -48,6 +59,16 @@ REPLY_TIMEOUT_S = 120.0
 """How long the parent waits for the server to say it forked: milliseconds, after its first
 answer, which waits for its import of TVM. Past it, the server is taken for broken and the
 evaluation starts its worker as a program."""
+IDLE_S = 15.0
+"""How long an experiment's server waits with no trial connected before it exits: well past
+NNI's gap between one trial's end and the next one's start (a second or two), so a run of trials
+keeps one server; short, so that a stopped experiment leaves nothing running for long."""
+BIND_TIMEOUT_S = 30.0
+"""How long a trial that started an experiment's server waits for it to take its name (a Python
+start, before it imports TVM); past it the trial starts its worker as a program."""
+REQUEST_TIMEOUT_S = 10.0
+"""How long an experiment's server waits for the rest of a job whose first bytes came: a trial
+sends it at once, and a connection stuck midway must not hold up the others."""
 
 SWITCH = "NNI_OPEVO_FORK"
 """``NNI_OPEVO_FORK=0``: every worker a program of its own, ``workers()`` included (where forking
@@ -55,27 +76,39 @@ fails on a machine and starting programs does not: the GPU call script sets it w
 preflight's forked kernel fails)."""
 
 _servers: dict[bool, _Server] | None = None
+_shared: str | None = None
 _lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def workers() -> Iterator[None]:
-    """Within this block, ``evaluate`` forks its workers from servers that have TVM loaded; the
-    servers end with it. Nothing changes under ``NNI_OPEVO_FORK=0``."""
-    global _servers
+def workers(shared: str | None = None) -> Iterator[None]:
+    """Within this block, ``evaluate`` forks its workers from servers that have TVM loaded.
+    Without ``shared`` the servers are this process's own and end with the block; with it, they
+    are those of the experiment it names, shared with its other trial processes, and the block
+    ends only this process's connections to them. Nothing changes under ``NNI_OPEVO_FORK=0``."""
+    global _servers, _shared
     if os.environ.get(SWITCH) == "0":
         yield
         return
     with _lock:
-        outer, _servers = _servers, {} if _servers is None else _servers
+        outer = _servers
+        if outer is None:
+            _servers, _shared = {}, shared
     try:
         yield
     finally:
         if outer is None:
             with _lock:
-                servers, _servers = _servers or {}, None
+                servers, _servers, _shared = _servers or {}, None, None
             for server in servers.values():
                 server.close()
+
+
+def experiment_workers() -> contextlib.AbstractContextManager[None]:
+    """For an NNI trial: its experiment's servers (``workers(shared=NNI_EXP_ID)``); outside an
+    experiment nothing is forked, as a server of its own would cost one evaluation what it saves."""
+    experiment = os.environ.get("NNI_EXP_ID")
+    return workers(shared=experiment) if experiment else contextlib.nullcontext()
 
 
 def active() -> bool:
@@ -120,28 +153,80 @@ def start(job: dict[str, Any], stderr: int, watch_read: int, env: dict[str, str]
         if _servers is None:
             return None
         without_torch = worker.loads_tvm_without_torch(job)
-        server = _servers.get(without_torch)
-        if server is None or not server.alive():
-            if server is not None:
-                server.close()
-            server = _servers[without_torch] = _Server(without_torch, env)
-    return server.fork(job, stderr, watch_read, env)
+        for _ in range(2 if _shared else 1):
+            server = _servers.get(without_torch)
+            if server is None or not server.alive():
+                if server is not None:
+                    server.close()
+                server = _Server.private(without_torch, env) if _shared is None else \
+                    _Server.shared(_shared, without_torch, job, env)
+                if server is None:
+                    return None
+                _servers[without_torch] = server
+            forked = server.fork(job, stderr, watch_read, env)
+            if forked is not None:
+                return forked
+            del _servers[without_torch]  # closed by its failed fork
+            if server.timed_out:
+                break  # a server that hangs: the worker a program, not another wait
+            # else an experiment's server that idled out as this trial connected: another is started
+    return None
 
 
 class _Server:
-    def __init__(self, without_torch: bool, env: dict[str, str]) -> None:
+    """A connection to a server: ``process`` is the server where this process started it as its own."""
+
+    def __init__(self, sock: socket.socket, process: subprocess.Popen | None, timeout: float) -> None:
+        self.socket, self.process, self.lock = sock, process, threading.Lock()
+        self.timed_out = False
+        """Whether a fork failed because the server did not answer in time (not because it had gone)."""
+        sock.settimeout(timeout)
+
+    @classmethod
+    def private(cls, without_torch: bool, env: dict[str, str]) -> _Server:
         ours, theirs = socket.socketpair()
-        self.socket = ours
-        self.lock = threading.Lock()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "trial_code.forked", str(theirs.fileno()), "without-torch" if without_torch else "torch"],
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trial_code.forked", "--socket", str(theirs.fileno()), _mode(without_torch)],
             pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             start_new_session=True)
         theirs.close()
-        ours.settimeout(REPLY_TIMEOUT_S)
+        return cls(ours, process, REPLY_TIMEOUT_S)
+
+    @classmethod
+    def shared(cls, experiment: str, without_torch: bool, job: dict[str, Any], env: dict[str, str]) -> _Server | None:
+        """A connection to the experiment's server, started here if none answers (holding the
+        device while it loads TVM where ``job``'s worker would: ``worker.run``); None where none
+        can be had, or the one there is someone else's."""
+        address = _address(experiment, without_torch, env)
+        sock, timeout = _dial(address), REPLY_TIMEOUT_S
+        if sock is None:
+            command = [sys.executable, "-m", "trial_code.forked", "--listen", address[1:], _mode(without_torch),
+                       "--idle", str(IDLE_S)]
+            target = job["target"]
+            if target["kind"] == "llvm" and not job.get("build_only"):
+                command += ["--hold", target["device"], str(job["lock_timeout"])]
+                timeout += job["lock_timeout"]
+            # Its stdio are not the trial's: NNI's files, which a server outliving the trial must not hold.
+            starting = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+            deadline = time.monotonic() + BIND_TIMEOUT_S
+            while sock is None and starting.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+                sock = _dial(address)
+            sock = sock or _dial(address)  # it exited: another trial's server took the name first
+            if sock is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(starting.pid, signal.SIGKILL)
+                return None
+        if _peer_uid(sock) != os.getuid():
+            sock.close()
+            return None
+        return cls(sock, None, timeout)
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        """Whether it may answer: a server of this process's own that has not exited (an
+        experiment's that has shows as a failed ``fork``)."""
+        return self.process is None or self.process.poll() is None
 
     def fork(self, job: dict[str, Any], stderr: int, watch_read: int, env: dict[str, str]) -> Forked | None:
         events_read, events_write = os.pipe()
@@ -153,7 +238,9 @@ class _Server:
                                 [events_write, stderr, watch_read, status_write])
                 self.socket.sendall(payload)
                 pid = int.from_bytes(_receive_exactly(self.socket, 8), "big")
-        except (OSError, EOFError):  # the server died or hangs: the caller starts the worker itself
+                self.socket.settimeout(REPLY_TIMEOUT_S)
+        except (OSError, EOFError) as e:  # the server died or hangs: the caller starts the worker itself
+            self.timed_out = isinstance(e, TimeoutError)
             self.close()
             for fd in (events_read, status_read):
                 os.close(fd)
@@ -165,11 +252,40 @@ class _Server:
 
     def close(self) -> None:
         self.socket.close()
+        if self.process is None:
+            return
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+def _mode(without_torch: bool) -> str:
+    return "without-torch" if without_torch else "torch"
+
+
+def _address(experiment: str, without_torch: bool, env: dict[str, str]) -> str:
+    """The abstract socket of ``experiment``'s server for this way of loading TVM: per user, and
+    per Python, working folder and module path, which decide what a forked worker imports."""
+    key = json.dumps([experiment, without_torch, sys.executable, os.getcwd(), env.get("PYTHONPATH", "")])
+    return f"\0nni-opevo-forked-{os.getuid()}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+
+def _dial(address: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(address)
+    except (ConnectionRefusedError, FileNotFoundError):
+        sock.close()
+        return None
+    return sock
+
+
+def _peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end (an abstract socket has no file modes to keep others out)."""
+    _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return uid
 
 
 def _receive_exactly(sock: socket.socket, size: int) -> bytes:
@@ -182,44 +298,96 @@ def _receive_exactly(sock: socket.socket, size: int) -> bytes:
     return bytes(data)
 
 
-def serve(fd: int, without_torch: bool) -> None:
-    """The server: load TVM and the trial code once, then fork a waiter per job until the parent's
-    end of the socket closes."""
-    from .targets import import_tvm
-
-    if without_torch:
-        worker.load_tvm_without_torch()
-    else:
-        import_tvm()
-    from . import device_lock, files, kernel, measure, workloads  # noqa: F401  # what every worker imports
-
+def serve(without_torch: bool, connection: socket.socket | None = None, listener: socket.socket | None = None,
+          idle_s: float = IDLE_S, hold: tuple[str, float] | None = None) -> None:
+    """The server: load TVM and the trial code once (holding the device ``hold`` names, for up
+    to its seconds), then fork a waiter per job: on ``connection`` until it closes, or on the
+    connections ``listener`` accepts until none has been open for ``idle_s``."""
+    _load(without_torch, hold)
     # Python 3.12 warns on a fork with threads running; NumPy's OpenBLAS has its pool, which it
     # stops and restarts around a fork itself (pthread_atfork).
     warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded", category=DeprecationWarning)
-    sock = socket.socket(fileno=fd)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped as they end
+    selector = selectors.DefaultSelector()
+    for sock in (connection, listener):
+        if sock is not None:
+            selector.register(sock, selectors.EVENT_READ)
+    clients = int(connection is not None)
     while True:
+        ready = selector.select(None if clients else idle_s)
+        if not ready:
+            return
+        for key, _ in ready:
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            if sock is listener:
+                try:
+                    client, _ = listener.accept()
+                except OSError:  # the trial gave up connecting meanwhile
+                    continue
+                if _peer_uid(client) != os.getuid():
+                    client.close()
+                    continue
+                client.settimeout(REQUEST_TIMEOUT_S)
+                selector.register(client, selectors.EVENT_READ)
+                clients += 1
+            elif not _answer(sock):
+                if listener is None:
+                    return  # the parent's end closed
+                selector.unregister(sock)
+                sock.close()
+                clients -= 1
+
+
+def _load(without_torch: bool, hold: tuple[str, float] | None) -> None:
+    from .device_lock import DeviceBusy, exclusive
+    from .targets import import_tvm
+
+    load = worker.load_tvm_without_torch if without_torch else import_tvm
+    try:
+        with exclusive(*hold) if hold else contextlib.nullcontext():
+            load()
+    except DeviceBusy:  # a holder past any trial's limits: load beside it, as its trials' workers then wait for it
+        load()
+    from . import device_lock, files, kernel, measure, workloads  # noqa: F401  # what every worker imports
+
+
+def _answer(sock: socket.socket) -> bool:
+    """Fork a waiter for the job on ``sock`` and send its pid; False when the other end has closed
+    (or broke off a job midway)."""
+    try:
+        header, fds, _, _ = socket.recv_fds(sock, 8, FDS)
+        if not header:
+            return False
         try:
-            header, fds, _, _ = socket.recv_fds(sock, 8, FDS)
-            if not header:
-                return
             header += _receive_exactly(sock, 8 - len(header))
             request = json.loads(_receive_exactly(sock, int.from_bytes(header, "big")))
-        except (EOFError, OSError):
-            return
-        pid = os.fork()
-        if pid == 0:
-            sock.close()
-            _wait_for_worker(request, fds)
-        for received in fds:
-            os.close(received)
+        except BaseException:
+            for received in fds:
+                os.close(received)
+            raise
+    except (EOFError, OSError, ValueError):
+        return False
+    pid = os.fork()
+    if pid == 0:
+        sock.close()
+        _wait_for_worker(request, fds)
+    for received in fds:
+        os.close(received)
+    try:
         sock.sendall(pid.to_bytes(8, "big"))
+    except OSError:
+        return False
+    return True
 
 
 def _wait_for_worker(request: dict[str, Any], fds: list[int]) -> None:
-    """The waiter: lead the job's session, fork the worker into it, and report its exit status."""
+    """The waiter: lead the job's session, fork the worker into it, and report its exit status.
+    It keeps nothing of the server's (its other connections, its name): a waiter lives as long
+    as its worker, and must not keep an idle server's name taken."""
     events, stderr, watch_read, status = fds
     try:
+        _close_all_but(fds)
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         pid = os.fork()
@@ -232,6 +400,15 @@ def _wait_for_worker(request: dict[str, Any], fds: list[int]) -> None:
         os.write(status, f"{os.waitstatus_to_exitcode(code)}\n".encode())
     finally:
         os._exit(0)
+
+
+def _close_all_but(keep: list[int]) -> None:
+    """Close every descriptor above stderr but those in ``keep``."""
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
 def _become_worker(request: dict[str, Any], events: int, stderr: int, watch_read: int) -> None:
@@ -259,5 +436,30 @@ def _become_worker(request: dict[str, Any], events: int, stderr: int, watch_read
         os._exit(code)
 
 
+def main(argv: list[str] | None = None) -> None:
+    """``--socket FD MODE``: a parent's own server on its end of a socket pair; ``--listen NAME
+    MODE``: an experiment's server, under the abstract socket NAME (exiting at once where another
+    has it)."""
+    parser = argparse.ArgumentParser(prog="python -m trial_code.forked")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--socket", type=int, help="the descriptor of the parent's socket")
+    where.add_argument("--listen", help="the abstract socket's name")
+    parser.add_argument("mode", choices=[_mode(True), _mode(False)])
+    parser.add_argument("--idle", type=float, default=IDLE_S, help="seconds with no connection before exiting")
+    parser.add_argument("--hold", nargs=2, metavar=("DEVICE", "SECONDS"), help="the device to hold while loading TVM")
+    args = parser.parse_args(argv)
+    hold = (args.hold[0], float(args.hold[1])) if args.hold else None
+    without_torch = args.mode == _mode(True)
+    if args.socket is not None:
+        return serve(without_torch, connection=socket.socket(fileno=args.socket), hold=hold)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind("\0" + args.listen)
+    except OSError:  # another trial's server has the name: the trial that started this one uses that
+        return None
+    listener.listen(64)
+    return serve(without_torch, listener=listener, idle_s=args.idle, hold=hold)
+
+
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), sys.argv[2] == "without-torch")
+    main()
