@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 from nni_opevo_tools.experiment_client import (
@@ -168,6 +169,20 @@ class Experiment:
         self.nnictl("stop", str(self.id))
         self.__enter__()
         return True
+
+    def worker_servers(self) -> set[int]:
+        """The processes this experiment's trials now fork their workers from (``trial_code.forked``
+        under a name: their waiters and workers, forked from them, carry the same command line)."""
+        found = {}
+        for process in psutil.process_iter(["cmdline"]):
+            try:
+                command = process.info["cmdline"] or []
+                if "trial_code.forked" in command and "--listen" in command and \
+                        process.environ().get("NNI_EXP_ID") == self.id:
+                    found[process.pid] = process.ppid()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return {pid for pid, parent in found.items() if parent not in found}
 
     def running_trials(self) -> int:
         return self.client.running_trials()

@@ -1,17 +1,21 @@
 """OpEvo under real ``nnictl`` experiments on loopback (NNI 3.0, local training service)."""
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import analytic_trial
 import numpy as np
+import psutil
 import pytest
 from nni_experiment import Experiment
 from stats import ALPHA, binomial_tail
 
 from nni_opevo import SearchSpace
+from trial_code.forked import IDLE_S
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
@@ -139,13 +143,19 @@ def test_bad_input_fails_the_experiment_with_a_clear_error(workdir, space, class
         assert exp.parameters() == {}
 
 
+class Quickstart(NamedTuple):
+    folder: Path
+    """The stopped experiment's."""
+    results: dict
+    servers: list[set[int]]
+    """The worker servers of the experiment seen after its first and its second population."""
+
+
 @pytest.fixture(scope="module")
-def quickstart(tmp_path_factory) -> tuple[Path, dict]:
+def quickstart(tmp_path_factory) -> Quickstart:
     """The README's CPU quickstart, as shipped but for its length, run once under a real nnictl
-    with TVM trials: (the stopped experiment's folder, its results). Three populations of 8
-    trials (the first random, two bred) instead of the shipped 48: each CPU trial takes 4-5 s on
-    two cores, and the tests below check every trial's report, which the other 24 would only
-    repeat."""
+    with TVM trials. Three populations of 8 trials (the first random, two bred) instead of the
+    shipped 48: the tests below check every trial's report, which the other 24 would only repeat."""
     import yaml
 
     workdir = tmp_path_factory.mktemp("quickstart")
@@ -156,17 +166,21 @@ def quickstart(tmp_path_factory) -> tuple[Path, dict]:
     cfg["trialCommand"] = cfg["trialCommand"].replace("python3", sys.executable, 1)
     cfg["maxTrialNumber"] = 3 * cfg["tuner"]["classArgs"]["parents_size"]
     with Experiment(workdir, cfg) as exp:
+        servers = []  # seen a population apart, while trials come and go
+        for reported in (cfg["maxTrialNumber"] // 3, 2 * cfg["maxTrialNumber"] // 3):
+            exp.wait_for_results(reported, timeout=900, until_ended=False)
+            servers.append(exp.worker_servers())
         status = exp.wait(timeout=900)
         assert status["status"] in ("DONE", "NO_MORE_TRIAL"), status
         results = exp.results()
         exp.stop()  # the export below reads the stopped experiment's database
     assert len(results) == cfg["maxTrialNumber"], "every trial reports, failures included"
-    return workdir / "nni" / exp.id, results
+    return Quickstart(workdir / "nni" / exp.id, results, servers)
 
 
 @pytest.mark.slow(seconds=120)
 def test_cpu_quickstart_experiment_measures_real_kernels(quickstart):
-    _, results = quickstart
+    results = quickstart.results
     trials = len(results)
     assert all(set(r) == {"default", "latency_ms", "status", "build_s", "error", "arch"} for r in results.values())
     built = {r["arch"] for r in results.values() if r["status"] == "NO_ERROR"}
@@ -181,7 +195,7 @@ def test_cpu_quickstart_experiment_measures_real_kernels(quickstart):
 def test_export_rebuilds_and_remeasures_the_best_of_a_stopped_experiment(quickstart, tmp_path):
     """``nni_opevo_tools.export`` reads the stopped experiment's own database (NNI is not running),
     re-measures the top-k with more repeats and writes the winner with its LLVM source."""
-    folder, results = quickstart
+    folder, results, _ = quickstart
     out = tmp_path / "export"
     done = subprocess.run([sys.executable, "-m", "nni_opevo_tools.export", str(folder), "--top-k", "3", "--repeat", "3",
                            "--min-repeat-ms", "5", "--out", str(out)], cwd=HERE.parent, capture_output=True, text=True)
@@ -201,6 +215,20 @@ def test_export_rebuilds_and_remeasures_the_best_of_a_stopped_experiment(quickst
     rows = [line for line in (out / "top_k.md").read_text().splitlines()[2:] if line]
     assert len(rows) == 3 and len(list((out / "kernels").glob("*.ll"))) == len(list((out / "kernels").glob("*.so"))) == 3
     assert f"parameter {best['parameter_id']}" in done.stdout
+
+
+def test_the_quickstarts_trials_fork_their_workers_from_one_server_that_ends_with_them(quickstart):
+    """The trials fork their workers from the experiment's server, which has TVM loaded
+    (``trial_code.forked``): one server, the same a population apart; and the stopped experiment
+    leaves it running no longer than its idle time (here, after the export above)."""
+    first, second = quickstart.servers
+    assert len(first) == 1 and first == second, quickstart.servers
+    alive = []
+    for pid in first:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            alive.append(psutil.Process(pid))
+    _, still = psutil.wait_procs(alive, timeout=IDLE_S + 30)  # room for a loaded 2-core machine
+    assert not still, "the experiment's worker server outlived it"
 
 
 @pytest.mark.slow(seconds=70)

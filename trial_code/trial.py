@@ -19,7 +19,7 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-from . import networks, nni_channel, targets
+from . import forked, networks, nni_channel, targets
 from .cli import add_number, add_workload_options, description, layer_from, workload_from
 from .evaluate import LOCK_WAITS, Limits, Result, evaluate
 from .status import Status
@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(run(args, args.params).report()))
         return
     params = nni_channel.next_parameters()
-    result = run(args, params)
+    with forked.experiment_workers():  # its worker forked from the experiment's server, which has TVM loaded
+        result = run(args, params)
     print(f"{result.status.name}: {result.tflops:.4f} TFLOPS {result.error}", file=sys.stderr)
     nni_channel.report_final(result.report())
 
