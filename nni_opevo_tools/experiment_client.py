@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 NNICTL = [sys.executable, "-m", "nni.tools.nnictl.nnictl"]
 ENDED = ("DONE", "ERROR", "STOPPED")
 NO_MORE = ("NO_MORE_TRIAL", "TUNER_NO_MORE_TRIAL")
+FINAL_EVENTS = ("SUCCEEDED", "FAILED", "USER_CANCELED", "SYS_CANCELED", "EARLY_STOPPED")
+"""The trial events NNI records once a trial has ended."""
 
 
 STARTS = 3
@@ -220,6 +222,19 @@ class ExperimentDatabase(Ranking):
 
     def final_metrics(self) -> Iterable[tuple[str, str, str]]:
         return self._query("SELECT trialJobId, parameterId, data FROM MetricData WHERE type = 'FINAL'")
+
+    def trial_spans(self) -> list[tuple[float, float]]:
+        """(start, end) in seconds of each trial that ran to an end, from NNI's records of its
+        RUNNING and its final event: what a trial costs, and how fast trials pass."""
+        spans: dict[str, list[float | None]] = {}
+        for job, event, milliseconds in self._query("SELECT trialJobId, event, timestamp FROM TrialJobEvent "
+                                                     "ORDER BY timestamp"):
+            span = spans.setdefault(job, [None, None])
+            if event == "RUNNING" and span[0] is None:
+                span[0] = milliseconds / 1e3
+            elif event in FINAL_EVENTS and span[0] is not None and span[1] is None:
+                span[1] = milliseconds / 1e3
+        return [(start, end) for start, end in spans.values() if start is not None and end is not None]
 
 
 def _default(result: Any) -> float:

@@ -132,6 +132,16 @@ def export(folder: str, options: Options, out: str | None = None) -> Best | Netw
         return _export(folder, options, database, scratch)
 
 
+def pace(spans: list[tuple[float, float]]) -> str:
+    """How long the trials took, for the summary: the median trial and the run from the first
+    start to the last end (empty where none ran to an end)."""
+    if not spans:
+        return ""
+    median = statistics.median(end - start for start, end in spans)
+    run = max(end for _, end in spans) - min(start for start, _ in spans)
+    return f" (median {median:.1f} s each, {run:.0f} s from the first start to the last end)"
+
+
 def _export(folder: str, options: Options, database: ExperimentDatabase, out: str) -> Best | NetworkBest:
     profile = database.profile()
     trial_args = trial_arguments(profile["trialCommand"])
@@ -150,7 +160,7 @@ def _export(folder: str, options: Options, database: ExperimentDatabase, out: st
                          f"{dict(statuses) or 'none'}); see the trial logs in the web UI")
     workload, target = workload_from(trial_args), targets.resolve(trial_args.target)
     measured = target.kind != "cuda" or target.has_device
-    print(f"{len(ranked)} trials reported, {len(succeeded)} working; "
+    print(f"{len(ranked)} trials reported{pace(database.trial_spans())}, {len(succeeded)} working; "
           f"{'re-measuring' if measured else 'rebuilding (no GPU here: not re-measuring)'} the top "
           f"{min(options.top_k, len(succeeded))} on {target.kind}", flush=True)
     limits = Limits(trial_args.build_timeout, trial_args.run_timeout, options.repeat, options.min_repeat_ms)

@@ -1,6 +1,7 @@
 """OpEvo under real ``nnictl`` experiments on loopback (NNI 3.0, local training service)."""
 import contextlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -215,6 +216,8 @@ def test_export_rebuilds_and_remeasures_the_best_of_a_stopped_experiment(quickst
     rows = [line for line in (out / "top_k.md").read_text().splitlines()[2:] if line]
     assert len(rows) == 3 and len(list((out / "kernels").glob("*.ll"))) == len(list((out / "kernels").glob("*.so"))) == 3
     assert f"parameter {best['parameter_id']}" in done.stdout
+    assert re.search(r"\d+ trials reported \(median \d+\.\d s each, \d+ s from the first start to the last end\)",
+                     done.stdout), done.stdout
 
 
 def test_the_quickstarts_trials_fork_their_workers_from_one_server_that_ends_with_them(quickstart):
