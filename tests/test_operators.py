@@ -5,6 +5,7 @@ tuned end to end under nnictl, exported and loaded."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import shutil
@@ -377,6 +378,32 @@ def test_the_guides_operator_tunes_as_written(tmp_path, monkeypatch):
     params, _ = constraint.draw(workload, targets.cpu(), 0)
     result = evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1))
     assert result.status.name == "NO_ERROR", result.error
+
+
+LIGHT_PARENT = """
+import json, sys
+from trial_code import targets, workloads
+from trial_code.evaluate import Limits, evaluate
+workload = workloads.make("operator", operator="examples.operators:softmax", rows=64, cols=128)
+reports = [evaluate(workload, json.loads(p), targets.cpu(), Limits(repeat=1, min_repeat_ms=1)) for p in sys.argv[1:]]
+print(json.dumps({"reports": [[r.status.name, r.tflops, r.error] for r in reports],
+                  "loaded": sorted(m for m in ("tvm", "examples.operators") if m in sys.modules)}))
+"""
+
+
+def test_a_trial_of_an_operator_leaves_its_module_and_tvm_to_the_worker():
+    """A trial's parent neither imports the user's module nor TVM (seconds of CPU, outside the
+    device's lock, while another trial may be timing its kernel): the worker checks the
+    configuration, refusing one off the space as the parent would, and computes the TFLOPS."""
+    params = {"tile_i0": [2, 16, 2], "tile_k": [1, 128], "order": ["k", "i0"], "row_sums": 8, "compute_once": 1}
+    done = subprocess.run([sys.executable, "-c", LIGHT_PARENT, json.dumps(params),
+                           json.dumps({**params, "compute_once": 7})], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    out = json.loads(done.stdout)
+    assert out["loaded"] == [], done.stdout
+    (measured, tflops, _), refused = out["reports"]
+    assert measured == "NO_ERROR" and tflops > 0
+    assert refused == ["INSTANTIATION_ERROR", 0.0, "parameter 'compute_once' must be one of [0, 1], got 7"]
 
 
 def test_a_kernel_that_disagrees_with_the_reference_fails_as_a_wrong_answer(tmp_path, monkeypatch):

@@ -1,6 +1,8 @@
 """Evaluate one configuration end to end, never hanging and never raising: the trial's parent side.
 
-Static feasibility is checked here, in milliseconds and without TVM. Everything else runs in a
+Static feasibility is checked here, in milliseconds and without TVM; a user's operator's, whose
+template loads TVM with the user's module, in the worker (on the CPU under the device's lock, where
+the import cannot slow another trial's measurement). Everything else runs in a
 ``worker`` child process in its own session (a program of its own, or within ``forked.workers()``
 forked from a process that has TVM loaded), so a build that exceeds ``build_timeout`` or a
 kernel that exceeds ``run_timeout`` (counted from when the device lock is held, so waiting for
@@ -25,7 +27,7 @@ from typing import Any
 from . import forked
 from .status import Status
 from .targets import Target
-from .templates import Infeasible, for_workload
+from .templates import Infeasible, for_workload, loads_tvm
 from .worker import WATCH_ENV
 from .workloads import Workload
 
@@ -98,10 +100,11 @@ def evaluate(workload: Workload, params: dict[str, Any] | None, target: Target, 
 
 def _evaluate(workload: Workload, params: dict[str, Any] | None, target: Target, limits: Limits, build_only: bool,
               source_path: str | None, unchecked: bool, library_path: str | None) -> Result:
-    template = for_workload(workload)
+    checked = params is not None and not unchecked
+    in_worker = checked and loads_tvm(workload)  # this process stays light: the worker loads the user's module
     try:
-        if params is not None and not unchecked:
-            template.check(workload, params, target)
+        if checked and not in_worker:
+            for_workload(workload).check(workload, params, target)
     except Infeasible as exc:
         return Result(Status.INSTANTIATION_ERROR, error=str(exc))
     if target.kind == "cuda" and not target.has_device and not build_only:
@@ -109,7 +112,8 @@ def _evaluate(workload: Workload, params: dict[str, Any] | None, target: Target,
                       f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); use target cpu")
     job = {"workload": workload.to_json(), "params": params, "target": target.to_json(), "seed": limits.seed,
            "repeat": limits.repeat, "min_repeat_ms": limits.min_repeat_ms, "build_only": build_only,
-           "source_path": source_path, "library_path": library_path, "lock_timeout": limits.lock_wait}
+           "source_path": source_path, "library_path": library_path, "lock_timeout": limits.lock_wait,
+           "check": in_worker}
     with tempfile.TemporaryFile("w+") as stderr:
         events, returncode, timed_out = _run_worker(job, limits, stderr)
         ended = time.monotonic()
@@ -147,7 +151,7 @@ def _verdict(workload: Workload, limits: Limits, events: list[dict[str, Any]], r
         if last["latency_s"] is None:  # build only
             return Result(Status.NO_ERROR, build_s=build_s)
         latency = last["latency_s"]
-        return Result(Status.NO_ERROR, tflops=for_workload(workload).flops(workload) / latency / 1e12,
+        return Result(Status.NO_ERROR, tflops=last["flops"] / latency / 1e12,
                       latency_ms=latency * 1e3,
                       build_s=build_s, repeats_ms=tuple(r * 1e3 for r in last["repeats_s"]))
     # The worker died without a verdict: a crash inside TVM, the compiler or the kernel.

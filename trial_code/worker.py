@@ -1,9 +1,10 @@
 """The child process that builds, checks and times one kernel (``python -m trial_code.worker``).
 
 It reads its job as JSON on stdin and writes one JSON event per line to its original stdout
-(``waiting`` and ``locked`` on the CPU, ``built``, ``measuring``, then ``done`` or
-``failed``; ``turn`` whenever the device it waits for passes to another trial); everything TVM or the compilers print
-goes to stderr instead, so it cannot corrupt the events. The parent (``evaluate``) enforces the
+(``waiting`` and ``locked`` on the CPU, ``built``, ``measuring``, then ``done``, with the
+kernel's latency and its operator's flops, or ``failed``; ``turn`` whenever the device it waits
+for passes to another trial); everything TVM or the compilers print goes to stderr instead, so
+it cannot corrupt the events. The parent (``evaluate``) enforces the
 build and run time limits from those events and kills this process when one is exceeded,
 which a build stuck in the compiler or a kernel that never returns cannot do for itself.
 
@@ -107,6 +108,13 @@ def build_and_measure(job: dict[str, Any], holding: bool) -> None:
     workload = Workload.from_json(job["workload"])
     target = kernel.for_host(requested)
     params = job["params"]
+    if job.get("check"):  # the static check the parent left to this process (``evaluate``)
+        from .templates import Infeasible, for_workload
+
+        try:
+            for_workload(workload).check(workload, params, requested)
+        except Infeasible as exc:
+            return emit("failed", status="INSTANTIATION_ERROR", error=str(exc))
     try:
         module = kernel.scheduled(workload, params, target)
     except Exception as exc:  # a schedule primitive refused the configuration
@@ -164,7 +172,10 @@ def measured(workload: Any, executable: Any, target: Any, job: dict[str, Any], p
                                      adaptive=target.kind == "cuda")
     except Exception as exc:
         return fail("RUNTIME_DEVICE", exc)
-    emit("done", status="NO_ERROR", latency_s=timing.latency_s, repeats_s=timing.repeats_s)
+    from .templates import for_workload
+
+    emit("done", status="NO_ERROR", latency_s=timing.latency_s, repeats_s=timing.repeats_s,
+         flops=for_workload(workload).flops(workload))
 
 
 def _write_text(path: str, text: str) -> None:

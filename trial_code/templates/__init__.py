@@ -24,6 +24,12 @@ def for_workload(workload: Workload) -> Template:
     raise ValueError(f"no template for operator family {workload.family!r}")
 
 
+def loads_tvm(workload: Workload) -> bool:
+    """Whether ``workload``'s template loads TVM, as a user's operator does (its module builds TE
+    computations): a process that stays light (a trial's parent) leaves its check to the worker."""
+    return workload.family == "operator"
+
+
 @functools.cache
 def _operator_template(spec: str) -> Template:
     """A hand-written template the spec names (a ``Template`` subclass or instance), else the
@@ -42,4 +48,4 @@ def _operator_template(spec: str) -> Template:
     return DerivedTemplate(spec)
 
 
-__all__ = ["DerivedTemplate", "Infeasible", "NotInSpace", "Template", "for_workload"]
+__all__ = ["DerivedTemplate", "Infeasible", "NotInSpace", "Template", "for_workload", "loads_tvm"]
