@@ -282,6 +282,23 @@ def test_under_the_switch_workers_stay_programs(monkeypatch):
         assert forked.start({"target": {"kind": "llvm"}}, 2, 0, {}) is None
 
 
+@pytest.mark.parametrize("experiment, platform, forks", [(None, "linux", False), ("e1", "linux", True),
+                                                        ("e1", "darwin", False)])
+def test_only_a_trial_of_an_experiment_on_linux_forks_its_worker(monkeypatch, experiment, platform, forks):
+    """A trial forks its worker from its experiment's server under NNI (``NNI_EXP_ID``) on Linux;
+    run by hand, or where the servers' abstract sockets do not exist, its worker is a program."""
+    from trial_code import forked
+
+    if experiment:
+        monkeypatch.setenv("NNI_EXP_ID", experiment)
+    else:
+        monkeypatch.delenv("NNI_EXP_ID", raising=False)
+    monkeypatch.delenv(forked.SWITCH, raising=False)
+    monkeypatch.setattr(sys, "platform", platform)
+    with forked.experiment_workers():
+        assert forked.active() is forks
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["own", "experiment"])
 @pytest.mark.slow(seconds=8)
 def test_a_dead_worker_server_is_replaced(tmp_path, env, monkeypatch, shared):

@@ -105,10 +105,11 @@ def workers(shared: str | None = None) -> Iterator[None]:
 
 
 def experiment_workers() -> contextlib.AbstractContextManager[None]:
-    """For an NNI trial: its experiment's servers (``workers(shared=NNI_EXP_ID)``); outside an
-    experiment nothing is forked, as a server of its own would cost one evaluation what it saves."""
+    """For an NNI trial: its experiment's servers (``workers(shared=NNI_EXP_ID)``). Outside an
+    experiment nothing is forked, as a server of its own would cost one evaluation what it saves;
+    nor off Linux, whose abstract sockets and SO_PEERCRED the servers' names and checks are."""
     experiment = os.environ.get("NNI_EXP_ID")
-    return workers(shared=experiment) if experiment else contextlib.nullcontext()
+    return workers(shared=experiment) if experiment and sys.platform == "linux" else contextlib.nullcontext()
 
 
 def active() -> bool:
