@@ -179,7 +179,7 @@ def quickstart(tmp_path_factory) -> Quickstart:
     return Quickstart(workdir / "nni" / exp.id, results, servers)
 
 
-@pytest.mark.slow(seconds=120)
+@pytest.mark.slow(seconds=60)
 def test_cpu_quickstart_experiment_measures_real_kernels(quickstart):
     results = quickstart.results
     trials = len(results)
@@ -220,6 +220,7 @@ def test_export_rebuilds_and_remeasures_the_best_of_a_stopped_experiment(quickst
                      done.stdout), done.stdout
 
 
+@pytest.mark.slow(seconds=1)  # after the export above, the server has ended
 def test_the_quickstarts_trials_fork_their_workers_from_one_server_that_ends_with_them(quickstart):
     """The trials fork their workers from the experiment's server, which has TVM loaded
     (``trial_code.forked``): one server, the same a population apart; and the stopped experiment
