@@ -78,6 +78,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def worker_servers(variable: str, value: str) -> set[int]:
+    """The experiments' worker servers (``trial_code.forked`` under a name) whose environment sets
+    ``variable`` to ``value``; their waiters and workers, forked from them, carry the same command
+    line, and are told apart by their parent."""
+    found = {}
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            command = process.info["cmdline"] or []
+            if "trial_code.forked" in command and "--listen" in command and process.environ().get(variable) == value:
+                found[process.pid] = process.ppid()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return {pid for pid, parent in found.items() if parent not in found}
+
+
 class Experiment:
     def __init__(self, workdir: Path, config: dict[str, Any], env: dict[str, str] | None = None) -> None:
         self.workdir = workdir
@@ -171,18 +186,8 @@ class Experiment:
         return True
 
     def worker_servers(self) -> set[int]:
-        """The processes this experiment's trials now fork their workers from (``trial_code.forked``
-        under a name: their waiters and workers, forked from them, carry the same command line)."""
-        found = {}
-        for process in psutil.process_iter(["cmdline"]):
-            try:
-                command = process.info["cmdline"] or []
-                if "trial_code.forked" in command and "--listen" in command and \
-                        process.environ().get("NNI_EXP_ID") == self.id:
-                    found[process.pid] = process.ppid()
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-        return {pid for pid, parent in found.items() if parent not in found}
+        """The processes this experiment's trials now fork their workers from."""
+        return worker_servers("NNI_EXP_ID", str(self.id))
 
     def running_trials(self) -> int:
         return self.client.running_trials()

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from nni_experiment import worker_servers
 
 from trial_code import workloads
 from trial_code.device_lock import DeviceBusy, exclusive
@@ -164,10 +165,8 @@ def forked_evaluations(env: dict, times: int, run_timeout: float = 60, shared: s
 
 
 def servers(lock_dir: str) -> set[int]:
-    """The experiments' servers among this test's worker processes (their waiters and workers,
-    forked from them, carry the same command line)."""
-    found = {p.pid: p for p in workers(lock_dir) if "--listen" in p.info["cmdline"]}
-    return {pid for pid, p in found.items() if p.ppid() not in found}
+    """The experiments' servers among this test's worker processes."""
+    return worker_servers("NNI_OPEVO_LOCK_DIR", lock_dir)
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["kill-9", "term", "int"])

@@ -356,18 +356,16 @@ def _load(without_torch: bool, hold: tuple[str, float] | None) -> None:
 def _answer(sock: socket.socket) -> bool:
     """Fork a waiter for the job on ``sock`` and send its pid; False when the other end has closed
     (or broke off a job midway)."""
+    fds: list[int] = []
     try:
         header, fds, _, _ = socket.recv_fds(sock, 8, FDS)
         if not header:
             return False
-        try:
-            header += _receive_exactly(sock, 8 - len(header))
-            request = json.loads(_receive_exactly(sock, int.from_bytes(header, "big")))
-        except BaseException:
-            for received in fds:
-                os.close(received)
-            raise
+        header += _receive_exactly(sock, 8 - len(header))
+        request = json.loads(_receive_exactly(sock, int.from_bytes(header, "big")))
     except (EOFError, OSError, ValueError):
+        for received in fds:
+            os.close(received)
         return False
     pid = os.fork()
     if pid == 0:
