@@ -54,4 +54,5 @@ def experiments_stopped():
     has ended before the session does."""
     yield
     hung = stops_finished()
-    assert not hung, f"nnictl stop did not end: {hung}"
+    assert not hung, f"these experiments' managers did not end after their stop: {hung}"
+

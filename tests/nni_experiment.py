@@ -5,12 +5,12 @@ by parameter id (NNI 3.0's job listings mismatch them: microsoft/nni#5726).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,33 +30,45 @@ from nni_opevo_tools.experiment_client import (
 LOG_WAIT_S = 10.0
 """How long a log may take to show a line: a user looks for an error within seconds."""
 STOP_TIMEOUT_S = 120.0
-"""How long ``nnictl stop`` may take: it waits for NNI's manager to end."""
-_stopping: list[subprocess.Popen] = []
+"""How long an experiment's manager may take to end once stopped."""
+_stopping: list[tuple[str, psutil.Process]] = []
 
 
-def stop_in_background(experiment_id: str, env: dict[str, str], cwd: str | Path | None = None,
-                       nnictl: Sequence[str] = tuple(NNICTL)) -> None:
-    """``nnictl stop`` an experiment a test is done with, without waiting for it. NNI's manager
-    takes 3-6 s to end: it polls its tuner's process every second, and the tuner's command
-    threads poll their queue every 3 s before they see the stop. ``stops_finished`` waits for
-    them all when the session ends (``conftest.experiments_stopped``)."""
-    _stopping.append(subprocess.Popen([*nnictl, "stop", experiment_id], env=env, cwd=cwd,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+def stop_in_background(experiment_id: str, env: dict[str, str]) -> None:
+    """Stop an experiment a test is done with as ``nnictl stop`` does, without waiting for it to
+    end. NNI 3.0's stop reads the manager's pid from ``~/nni-experiments/.experiment`` (``HOME`` in
+    ``env``), sends it SIGTERM and waits for it, and the manager ends its tuner and trials; here
+    the test sends the signal itself, because a ``nnictl`` process spends 1.8 s of CPU importing
+    NNI (some 50 s of the suite's, on two cores). The tests of stopping itself run ``nnictl stop``
+    (``Experiment.stop``). NNI's manager takes 3-6 s to end: it polls its tuner's process every
+    second, and the tuner's command threads poll their queue every 3 s before they see the stop.
+    ``stops_finished`` waits for them all when the session ends (``conftest.experiments_stopped``)."""
+    registry = Path(env.get("HOME", "~")).expanduser() / "nni-experiments" / ".experiment"
+    try:
+        pid = json.loads(registry.read_text())[experiment_id]["pid"]
+        manager = psutil.Process(pid)
+        if experiment_id not in manager.cmdline():  # the pid of an experiment that has already ended
+            return
+        manager.terminate()
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        return  # no record of it, or it has ended: nothing to stop
+    _stopping.append((experiment_id, manager))
 
 
 def stops_finished() -> list[str]:
-    """Waits for every ``stop_in_background``; the commands of those still running after
+    """Waits for every ``stop_in_background``; the experiments whose managers still ran after
     ``STOP_TIMEOUT_S`` (killed then), so that the session fails on a stop that hangs."""
     hung = []
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while _stopping:
-        stop = _stopping.pop()
+        experiment_id, manager = _stopping.pop()
         try:
-            stop.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            stop.kill()
-            stop.wait()
-            hung.append(" ".join(map(str, stop.args)))
+            manager.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except psutil.TimeoutExpired:
+            manager.kill()
+            hung.append(experiment_id)
+        except psutil.NoSuchProcess:
+            pass
     return hung
 
 
@@ -142,7 +154,7 @@ class Experiment:
 
     def __exit__(self, *exc: Any) -> None:
         if self.id and not self.stopped:
-            stop_in_background(self.id, self.env, self.workdir)
+            stop_in_background(self.id, self.env)
 
     def stop(self) -> None:
         """``nnictl stop``, waiting for NNI to end: for a test that reads the stopped

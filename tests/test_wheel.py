@@ -79,4 +79,4 @@ def test_the_wheel_runs_the_quickstart_from_an_empty_folder(tmp_path):
         assert loaded.returncode == 0 and "product ok" in loaded.stdout, loaded.stderr
     finally:
         if experiment:
-            stop_in_background(experiment, env, work, nnictl=(str(python), "-m", "nni.tools.nnictl.nnictl"))
+            stop_in_background(experiment, env)
