@@ -12,8 +12,12 @@ to the lane with less so far.
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 from nni_experiment import stops_finished
+
+from trial_code import forked
 
 LANES = 2
 SLOW_SECONDS = 30
@@ -56,3 +60,14 @@ def experiments_stopped():
     hung = stops_finished()
     assert not hung, f"these experiments' managers did not end after their stop: {hung}"
 
+
+@pytest.fixture
+def forked_workers():
+    """``evaluate``'s workers forked from a server of this test process's that has TVM loaded, as
+    NNI's trials and the harness commands fork theirs (``trial_code.forked``), for the tests whose
+    subject is a kernel rather than its worker: a worker program spends 1.3-1.5 s of CPU importing
+    TVM before it builds anything. The server is an experiment's kind, named by this process, so
+    consecutive tests keep one; it ends ``forked.IDLE_S`` after the last. The tests of workers
+    themselves (test_faults, test_trial_code) start theirs as each case needs."""
+    with forked.workers(shared=f"tests-{os.getpid()}"):
+        yield

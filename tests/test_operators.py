@@ -29,6 +29,7 @@ from trial_code.templates import DerivedTemplate, Infeasible, for_workload
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "nni_opevo_tools.console"]
 NEEDS_NVCC = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
+pytestmark = pytest.mark.usefixtures("forked_workers")
 SMALL = {  # each example at a shape whose trials take a fraction of a second
     "matmul": {"n": 64, "k": 64, "m": 64},
     "depthwise_conv2d": {"channels": 8, "height": 16, "width": 16},
