@@ -194,6 +194,7 @@ def _numpy_full(workload, host):
     return a @ b
 
 
+@pytest.mark.usefixtures("forked_workers")
 @pytest.mark.parametrize("workload", SMALL, ids=lambda w: w.name)
 def test_cpu_trial_reports_tflops(workload):
     result = evaluate(workload, feasible(workload, CPU, seed=2), CPU, Limits(min_repeat_ms=5))
@@ -218,6 +219,7 @@ def test_the_vendor_library_anchors_cpu_matmuls_only():
     assert anchor.measure(workloads.lookup("MM_small"), targets.cuda()) is None
 
 
+@pytest.mark.usefixtures("forked_workers")
 def test_cpu_kernels_are_built_for_the_host_cpu(tmp_path):
     """The target names the machine's CPU (LLVM's name for it), so LLVM may use its vector
     units; the result says which CPU the kernel was built for."""
@@ -273,6 +275,7 @@ def test_run_timeout_kills_a_kernel_that_runs_too_long():
     assert result.status is Status.RUN_TIMEOUT and result.build_s is not None
 
 
+@pytest.mark.usefixtures("forked_workers")
 @pytest.mark.skipif(targets.cuda().has_device, reason="a GPU is visible here")
 def test_cuda_trial_without_a_gpu_reports_runtime_device():
     workload = workloads.lookup("MM_small")
@@ -285,12 +288,14 @@ def _cuda_for(arch: str) -> targets.Target:
                           device="cuda-none", has_device=False)
 
 
+@pytest.mark.usefixtures("forked_workers")
 def test_target_tvm_cannot_generate_for_is_compile_host():
     workload = workloads.lookup("MM_small")
     result = evaluate(workload, {**feasible(workload, CUDA), "stages": 1}, _cuda_for("sm_1"), build_only=True)
     assert result.status is Status.COMPILE_HOST and "sm_1" in result.error
 
 
+@pytest.mark.usefixtures("forked_workers")
 @needs_nvcc
 def test_cuda_code_nvcc_rejects_is_compile_device():
     # TVM generates CUDA C for sm_20; no nvcc of the last decade compiles for it (and, without
