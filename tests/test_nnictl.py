@@ -302,11 +302,12 @@ def test_stop_and_resume_mid_run_loses_and_repeats_nothing(workdir):
     """``nnictl stop`` while trials run, then ``nnictl resume``: the results NNI kept come back
     (import_data), the configurations whose trials the stop cancelled come back from the
     tuner's journal, and none of them is proposed again."""
-    (workdir / "slow_trial.py").write_text(
-        "import time, nni, analytic_trial\n"
-        "p = nni.get_next_parameter()\n"
+    (workdir / "slow_trial.py").write_text(  # NNI's trial protocol as analytic_trial speaks it, without nni's import
+        "import time, analytic_trial\n"
+        "from trial_code import nni_channel\n"
+        "p = nni_channel.next_parameters()\n"
         "time.sleep(3)\n"
-        "nni.report_final_result({'default': analytic_trial.objective(p)})\n")
+        "nni_channel.report_final({'default': analytic_trial.objective(p)})\n")
     shutil.copy(HERE / "analytic_trial.py", workdir)
     tuner = {"className": "nni_opevo.OpEvoTuner", "codeDirectory": str(workdir), "classArgs": {"seed": 5}}
     cfg = config(workdir, analytic_trial.space(), tuner, 16, concurrency=4)
