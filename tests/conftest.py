@@ -68,6 +68,6 @@ def forked_workers():
     subject is a kernel rather than its worker: a worker program spends 1.3-1.5 s of CPU importing
     TVM before it builds anything. The server is an experiment's kind, named by this process, so
     consecutive tests keep one; it ends ``forked.IDLE_S`` after the last. The tests of workers
-    themselves (test_faults, test_trial_code) start theirs as each case needs."""
+    themselves (test_faults, test_trial_code's timeouts) start theirs as each case needs."""
     with forked.workers(shared=f"tests-{os.getpid()}"):
         yield

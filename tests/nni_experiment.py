@@ -46,6 +46,8 @@ def stop_in_background(experiment_id: str, env: dict[str, str]) -> None:
     registry = Path(env.get("HOME", "~")).expanduser() / "nni-experiments" / ".experiment"
     try:
         pid = json.loads(registry.read_text())[experiment_id]["pid"]
+        if not isinstance(pid, int):  # psutil.Process(None) would be this process
+            return
         manager = psutil.Process(pid)
         if experiment_id not in manager.cmdline():  # the pid of an experiment that has already ended
             return
@@ -82,6 +84,12 @@ def launched_id(stdout: str) -> str | None:
     """The experiment ``nni-opevo launch`` ran to its end: the last one it started."""
     started = launched_ids(stdout)
     return started[-1] if started else None
+
+
+def nnictl(*args: str, env: dict[str, str], cwd: str | Path | None = None, timeout: float = 120) -> str:
+    """``nnictl <args>``: everything it printed."""
+    out = subprocess.run([*NNICTL, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return out.stdout + out.stderr
 
 
 def free_port() -> int:
@@ -124,9 +132,7 @@ class Experiment:
         self.stopped = False
 
     def nnictl(self, *args: str, timeout: float = 120) -> str:
-        out = subprocess.run([*NNICTL, *args], env=self.env, cwd=self.workdir, capture_output=True, text=True,
-                             timeout=timeout)
-        return out.stdout + out.stderr
+        return nnictl(*args, env=self.env, cwd=self.workdir, timeout=timeout)
 
     def __enter__(self) -> Experiment:
         self.starts += 1

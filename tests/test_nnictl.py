@@ -13,11 +13,10 @@ import analytic_trial
 import numpy as np
 import psutil
 import pytest
-from nni_experiment import Experiment
+from nni_experiment import Experiment, nnictl
 from stats import ALPHA, binomial_tail
 
 from nni_opevo import SearchSpace
-from nni_opevo_tools.experiment_client import NNICTL
 from trial_code.forked import IDLE_S
 
 pytestmark = pytest.mark.slow
@@ -110,12 +109,9 @@ def registered(tmp_path_factory) -> Registered:
     NNI config folder of its own, and what ``nnictl algo list`` then shows: each nnictl command
     spends 1.8 s of CPU importing NNI, and the tuners' experiments only read the registration."""
     config_dir = tmp_path_factory.mktemp("nni-config")
-    shown = []
-    for args in (["register", "--meta", str(HERE.parent / "nni_opevo" / "registration.yml")], ["list"]):
-        out = subprocess.run([*NNICTL, "algo", *args], env={**os.environ, "NNI_CONFIG_DIR": str(config_dir)},
-                             capture_output=True, text=True, timeout=120)
-        shown.append(out.stdout + out.stderr)
-    return Registered(config_dir, shown[-1])
+    env = {**os.environ, "NNI_CONFIG_DIR": str(config_dir)}
+    nnictl("algo", "register", "--meta", str(HERE.parent / "nni_opevo" / "registration.yml"), env=env)
+    return Registered(config_dir, nnictl("algo", "list", env=env))
 
 
 @pytest.mark.parametrize("name", TUNERS)
@@ -126,7 +122,7 @@ def test_registered_tuner_runs_to_completion(workdir, registered, name):
     repeats (the learners fit along the way: AutoTVM at 4 results). OpEvo's evolution under
     nnictl is checked above, by class name."""
     trials = 12
-    assert name in registered.listed
+    assert name in registered.listed, registered.listed
     tuner = {"name": name, "classArgs": TUNERS[name]}
     exp = Experiment(workdir, config(workdir, analytic_trial.space(), tuner, trials, concurrency=6),
                      {"NNI_CONFIG_DIR": str(registered.config_dir)})
