@@ -99,14 +99,14 @@ def free_port() -> int:
 
 
 def worker_servers(variable: str, value: str) -> set[int]:
-    """The experiments' worker servers (``trial_code.forked`` under a name) whose environment sets
+    """The experiments' worker servers (``trial_code.fork_server`` under a name) whose environment sets
     ``variable`` to ``value``; their waiters and workers, forked from them, carry the same command
     line, and are told apart by their parent."""
     found = {}
     for process in psutil.process_iter(["cmdline"]):
         try:
             command = process.info["cmdline"] or []
-            if "trial_code.forked" in command and "--listen" in command and process.environ().get(variable) == value:
+            if "trial_code.fork_server" in command and "--listen" in command and process.environ().get(variable) == value:
                 found[process.pid] = process.ppid()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue

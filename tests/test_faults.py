@@ -103,12 +103,12 @@ def trial(env: dict, *flags: str) -> subprocess.Popen:
 
 def workers(lock_dir: str) -> list[psutil.Process]:
     """This test's worker processes (by the lock folder in their environment): started as
-    programs, or forked (``trial_code.forked``: the servers, their waiters and the workers)."""
+    programs, or forked (``trial_code.fork_server``: the servers, their waiters and the workers)."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
         try:
             command = " ".join(process.info["cmdline"] or [])
-            if ("trial_code.worker" in command or "trial_code.forked" in command) and \
+            if ("trial_code.worker" in command or "trial_code.fork_server" in command) and \
                     process.environ().get("NNI_OPEVO_LOCK_DIR") == lock_dir:
                 found.append(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):

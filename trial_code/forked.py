@@ -6,9 +6,10 @@ A worker started as a program (``python -m trial_code.worker``) pays for a Pytho
 TVM's import before it builds anything: 1.2-1.4 s of CPU on the development machine (with the
 ml_dtypes ``setup.py`` pins), more than the build of a GEMM tile, and most of a trial's time in
 the GPU campaign's throughput stage; on the CPU a trial pays it holding the device (``worker.run``).
-Within ``workers()``, ``evaluate`` asks a server instead: one process per way of loading TVM
-(``worker.load_tvm_without_torch`` for CPU kernels and builds, as it comes for GPU kernels),
-started on first use, that has imported TVM and the trial code, and forks each worker from itself.
+Within ``workers()``, ``evaluate`` asks a server instead (``fork_server``, spoken to as
+``fork_protocol`` says): one process per way of loading TVM (``worker.load_tvm_without_torch`` for
+CPU kernels and builds, as it comes for GPU kernels), started on first use, that has imported TVM
+and the trial code, and forks each worker from itself. This module is the parents' side.
 
 What a worker guarantees is kept: it runs in a session of its own (killed with its compilers),
 its events come on a pipe, its stderr goes to the parent's file, and its watcher kills that
@@ -29,32 +30,22 @@ harness command's, 2.6 s with NNI), and reports exit codes through its own Proce
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import select
-import selectors
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from . import worker
+from . import fork_protocol, worker
 
-FDS = 4
-"""What the parent passes with each job: the worker's stdout and stderr, the read end of its
-watcher's pipe, and the write end of the pipe that carries its exit status."""
-WATCHED_FD = 3
-"""Where the worker finds its watcher's pipe (the descriptor its watcher is started on)."""
 REPLY_TIMEOUT_S = 120.0
 """How long the parent waits for the server to say it forked: milliseconds, after its first
 answer, which waits for its import of TVM. Past it, the server is taken for broken and the
@@ -66,9 +57,6 @@ keeps one server; short, so that a stopped experiment leaves nothing running for
 BIND_TIMEOUT_S = 30.0
 """How long a trial that started an experiment's server waits for it to take its name (a Python
 start, before it imports TVM); past it the trial starts its worker as a program."""
-REQUEST_TIMEOUT_S = 10.0
-"""How long an experiment's server waits for the rest of a job whose first bytes came: a trial
-sends it at once, and a connection stuck midway must not hold up the others."""
 
 SWITCH = "NNI_OPEVO_FORK"
 """``NNI_OPEVO_FORK=0``: every worker a program of its own, ``workers()`` included (where forking
@@ -187,7 +175,8 @@ class _Server:
     def private(cls, without_torch: bool, env: dict[str, str]) -> _Server:
         ours, theirs = socket.socketpair()
         process = subprocess.Popen(
-            [sys.executable, "-m", "trial_code.forked", "--socket", str(theirs.fileno()), _mode(without_torch)],
+            [sys.executable, "-m", "trial_code.fork_server", "--socket", str(theirs.fileno()),
+             fork_protocol.MODES[without_torch]],
             pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             start_new_session=True)
         theirs.close()
@@ -201,8 +190,8 @@ class _Server:
         address = _address(experiment, without_torch, env)
         sock, timeout = _dial(address), REPLY_TIMEOUT_S
         if sock is None:
-            command = [sys.executable, "-m", "trial_code.forked", "--listen", address[1:], _mode(without_torch),
-                       "--idle", str(IDLE_S)]
+            command = [sys.executable, "-m", "trial_code.fork_server", "--listen", address[1:],
+                       fork_protocol.MODES[without_torch], "--idle", str(IDLE_S)]
             target = job["target"]
             if target["kind"] == "llvm" and not job.get("build_only"):
                 command += ["--hold", target["device"], str(job["lock_timeout"])]
@@ -219,7 +208,7 @@ class _Server:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(starting.pid, signal.SIGKILL)
                 return None
-        if _peer_uid(sock) != os.getuid():
+        if fork_protocol.peer_uid(sock) != os.getuid():
             sock.close()
             return None
         return cls(sock, None, timeout)
@@ -232,13 +221,10 @@ class _Server:
     def fork(self, job: dict[str, Any], stderr: int, watch_read: int, env: dict[str, str]) -> Forked | None:
         events_read, events_write = os.pipe()
         status_read, status_write = os.pipe()
-        payload = json.dumps({"job": job, "env": env, "cwd": os.getcwd()}).encode()
+        request = {"job": job, "env": env, "cwd": os.getcwd()}
         try:
             with self.lock:
-                socket.send_fds(self.socket, [len(payload).to_bytes(8, "big")],
-                                [events_write, stderr, watch_read, status_write])
-                self.socket.sendall(payload)
-                pid = int.from_bytes(_receive_exactly(self.socket, 8), "big")
+                pid = fork_protocol.send_job(self.socket, request, [events_write, stderr, watch_read, status_write])
                 self.socket.settimeout(REPLY_TIMEOUT_S)
         except (OSError, EOFError) as e:  # the server died or hangs: the caller starts the worker itself
             self.timed_out = isinstance(e, TimeoutError)
@@ -262,9 +248,6 @@ class _Server:
             self.process.wait()
 
 
-def _mode(without_torch: bool) -> str:
-    return "without-torch" if without_torch else "torch"
-
 
 def _address(experiment: str, without_torch: bool, env: dict[str, str]) -> str:
     """The abstract socket of ``experiment``'s server for this way of loading TVM: per user, and
@@ -281,184 +264,3 @@ def _dial(address: str) -> socket.socket | None:
         sock.close()
         return None
     return sock
-
-
-def _peer_uid(sock: socket.socket) -> int:
-    """The uid of the process at the other end (an abstract socket has no file modes to keep others out)."""
-    _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-    return uid
-
-
-def _receive_exactly(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(min(size - len(data), 1 << 20))
-        if not chunk:
-            raise EOFError
-        data += chunk
-    return bytes(data)
-
-
-def serve(without_torch: bool, connection: socket.socket | None = None, listener: socket.socket | None = None,
-          idle_s: float = IDLE_S, hold: tuple[str, float] | None = None) -> None:
-    """The server: load TVM and the trial code once (holding the device ``hold`` names, for up
-    to its seconds), then fork a waiter per job: on ``connection`` until it closes, or on the
-    connections ``listener`` accepts until none has been open for ``idle_s``."""
-    _load(without_torch, hold)
-    # Python 3.12 warns on a fork with threads running; NumPy's OpenBLAS has its pool, which it
-    # stops and restarts around a fork itself (pthread_atfork).
-    warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded", category=DeprecationWarning)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped as they end
-    selector = selectors.DefaultSelector()
-    for sock in (connection, listener):
-        if sock is not None:
-            selector.register(sock, selectors.EVENT_READ)
-    clients = int(connection is not None)
-    while True:
-        ready = selector.select(None if clients else idle_s)
-        if not ready:
-            return
-        for key, _ in ready:
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
-            if sock is listener:
-                try:
-                    client, _ = listener.accept()
-                except OSError:  # the trial gave up connecting meanwhile
-                    continue
-                if _peer_uid(client) != os.getuid():
-                    client.close()
-                    continue
-                client.settimeout(REQUEST_TIMEOUT_S)
-                selector.register(client, selectors.EVENT_READ)
-                clients += 1
-            elif not _answer(sock):
-                if listener is None:
-                    return  # the parent's end closed
-                selector.unregister(sock)
-                sock.close()
-                clients -= 1
-
-
-def _load(without_torch: bool, hold: tuple[str, float] | None) -> None:
-    from .device_lock import DeviceBusy, exclusive
-    from .targets import import_tvm
-
-    load = worker.load_tvm_without_torch if without_torch else import_tvm
-    try:
-        with exclusive(*hold) if hold else contextlib.nullcontext():
-            load()
-    except DeviceBusy:  # a holder past any trial's limits: load beside it, as its trials' workers then wait for it
-        load()
-    from . import device_lock, files, kernel, measure, workloads  # noqa: F401  # what every worker imports
-
-
-def _answer(sock: socket.socket) -> bool:
-    """Fork a waiter for the job on ``sock`` and send its pid; False when the other end has closed
-    (or broke off a job midway)."""
-    fds: list[int] = []
-    try:
-        header, fds, _, _ = socket.recv_fds(sock, 8, FDS)
-        if not header:
-            return False
-        header += _receive_exactly(sock, 8 - len(header))
-        request = json.loads(_receive_exactly(sock, int.from_bytes(header, "big")))
-    except (EOFError, OSError, ValueError):
-        for received in fds:
-            os.close(received)
-        return False
-    pid = os.fork()
-    if pid == 0:
-        sock.close()
-        _wait_for_worker(request, fds)
-    for received in fds:
-        os.close(received)
-    try:
-        sock.sendall(pid.to_bytes(8, "big"))
-    except OSError:
-        return False
-    return True
-
-
-def _wait_for_worker(request: dict[str, Any], fds: list[int]) -> None:
-    """The waiter: lead the job's session, fork the worker into it, and report its exit status.
-    It keeps nothing of the server's (its other connections, its name): a waiter lives as long
-    as its worker, and must not keep an idle server's name taken."""
-    events, stderr, watch_read, status = fds
-    try:
-        _close_all_but(fds)
-        os.setsid()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        pid = os.fork()
-        if pid == 0:
-            os.close(status)
-            _become_worker(request, events, stderr, watch_read)
-        for fd in (events, stderr, watch_read):
-            os.close(fd)
-        _, code = os.waitpid(pid, 0)
-        os.write(status, f"{os.waitstatus_to_exitcode(code)}\n".encode())
-    finally:
-        os._exit(0)
-
-
-def _close_all_but(keep: list[int]) -> None:
-    """Close every descriptor above stderr but those in ``keep``."""
-    low = 3
-    for fd in sorted(keep):
-        os.closerange(low, fd)
-        low = fd + 1
-    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
-
-
-def _become_worker(request: dict[str, Any], events: int, stderr: int, watch_read: int) -> None:
-    code = 0
-    try:
-        # Copies above the targets first, so that no target overwrites a descriptor still to be moved.
-        sources = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (os.open(os.devnull, os.O_RDONLY), events, stderr,
-                                                               watch_read)]
-        for fd, target in zip(sources, (0, 1, 2, WATCHED_FD)):
-            os.dup2(fd, target)  # inheritable: the watcher is a program the worker starts on WATCHED_FD
-        os.closerange(WATCHED_FD + 1, os.sysconf("SC_OPEN_MAX"))
-        os.environ.clear()  # the parent's, as a worker program would inherit them
-        os.environ.update(request["env"])
-        os.chdir(request["cwd"])
-        worker.serve(request["job"], WATCHED_FD)
-    except BaseException:  # noqa: BLE001  # the exit status says it; the traceback is on stderr
-        import traceback
-
-        traceback.print_exc()
-        code = 1
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``--socket FD MODE``: a parent's own server on its end of a socket pair; ``--listen NAME
-    MODE``: an experiment's server, under the abstract socket NAME (exiting at once where another
-    has it)."""
-    parser = argparse.ArgumentParser(prog="python -m trial_code.forked")
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--socket", type=int, help="the descriptor of the parent's socket")
-    where.add_argument("--listen", help="the abstract socket's name")
-    parser.add_argument("mode", choices=[_mode(True), _mode(False)])
-    parser.add_argument("--idle", type=float, default=IDLE_S, help="seconds with no connection before exiting")
-    parser.add_argument("--hold", nargs=2, metavar=("DEVICE", "SECONDS"), help="the device to hold while loading TVM")
-    args = parser.parse_args(argv)
-    hold = (args.hold[0], float(args.hold[1])) if args.hold else None
-    without_torch = args.mode == _mode(True)
-    if args.socket is not None:
-        return serve(without_torch, connection=socket.socket(fileno=args.socket), hold=hold)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind("\0" + args.listen)
-    except OSError:  # another trial's server has the name: the trial that started this one uses that
-        return None
-    listener.listen(64)
-    return serve(without_torch, listener=listener, idle_s=args.idle, hold=hold)
-
-
-if __name__ == "__main__":
-    main()
