@@ -780,10 +780,13 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
                 sch.unroll(loop)
             _reduce_outside_columns(sch, before, threads, 0)
             _keep_reduction_a_loop(sch, before, threads)
-    # Accumulators indexed by a loop variable would live in local memory: every loop that
-    # indexes them is written out.
-    for name in spatial:
-        sch.unroll(inner[name])
+    # Accumulators (or a kept stage's values) indexed by a loop variable would live in local
+    # memory: every loop that indexes them is written out. An element-wise stage holds neither,
+    # and its tile, which the check does not bound, stays a loop that ``unroll`` may write out
+    # (a thread's 8,192 values written out took TVM 100 s to lower and nvcc past a trial's limit).
+    if reductions or found.kept_before:
+        for name in spatial:
+            sch.unroll(inner[name])
     for loop in written:
         sch.unroll(loop)
     _annotate_unroll(sch, bound[0], params)
