@@ -210,7 +210,48 @@ USER_OPERATORS = """
         b = te.placeholder((n,), "float32", name="B")
         y = te.compute((n,), lambda i: te.max(a[i] + b[i], 0.0), name="Y")
         return Operator([a, b], y, flops=2 * n, reference=lambda a, b: np.maximum(a + b, 0))
+
+    def dense(m=32, n=64, k=64):  # the ones below are built from TOPI's operators, as users write them
+        x, w = te.placeholder((m, k), "float32", name="X"), te.placeholder((n, k), "float32", name="W")
+        return Operator([x, w], topi.nn.dense(x, w), flops=2 * m * n * k, reference=lambda x, w: x @ w.T)
+
+    def conv2d(channels=8, size=14, out=16):
+        x = te.placeholder((1, channels, size, size), "float32", name="X")
+        w = te.placeholder((out, channels, 3, 3), "float32", name="W")
+        def reference(x, w):
+            xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+            return sum(np.einsum("bchw,oc->bohw", xp[:, :, dy:dy + size, dx:dx + size], w[:, :, dy, dx])
+                       for dy in range(3) for dx in range(3))
+        return Operator([x, w], topi.nn.conv2d_nchw(x, w, 1, 1, 1), flops=2 * channels * size * size * out * 9,
+                        reference=reference)
+
+    def max_pool(channels=8, size=16):
+        x = te.placeholder((1, channels, size, size), "float32", name="X")
+        def reference(x):
+            xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+            o = (size - 1) // 2 + 1
+            return np.max([xp[:, :, dy:dy + 2 * o:2, dx:dx + 2 * o:2] for dy in range(3) for dx in range(3)], axis=0)
+        return Operator([x], topi.nn.pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), "max"),
+                        flops=channels * size * size * 9 // 4, reference=reference)
+
+    def global_average(channels=16, size=7):
+        x = te.placeholder((1, channels, size, size), "float32", name="X")
+        return Operator([x], topi.nn.global_pool(x, "avg"), flops=channels * size * size,
+                        reference=lambda x: x.mean(axis=(2, 3), keepdims=True))
+
+    def reshaped_matmul(m=32, k=32, n=32):
+        a, b = te.placeholder((m * k,), "float32", name="A"), te.placeholder((k, n), "float32", name="B")
+        return Operator([a, b], topi.matmul(topi.reshape(a, (m, k)), b), flops=2 * m * n * k,
+                        reference=lambda a, b: a.reshape(m, k) @ b)
+
+    def log_softmax(rows=32, cols=64):
+        x = te.placeholder((rows, cols), "float32", name="X")
+        def reference(x):
+            shifted = x - x.max(axis=1, keepdims=True)
+            return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        return Operator([x], topi.nn.log_softmax(x, axis=1), flops=4 * rows * cols, reference=reference)
 """
+TOPI_BUILT = ["dense", "conv2d", "max_pool", "global_average", "reshaped_matmul", "log_softmax", "add_relu"]
 
 
 @pytest.fixture
@@ -342,6 +383,22 @@ def test_gpu_threads_write_out_only_the_loops_that_index_their_registers(user_op
     columns = user_operators("column_norm")
     params = {"tile_j": [8, 1, 4, 2], "tile_r": [4, 16, 8], "inner_order": ["j", "r"], "unroll": 0, "shared": 0}
     assert len(registers_only(columns, params)) < 20_000
+
+
+@pytest.mark.slow(seconds=10)
+@NEEDS_NVCC
+@pytest.mark.parametrize("name", TOPI_BUILT)
+def test_operators_built_from_topi_run_and_match_on_the_cpu_and_compile_for_the_gpu(user_operators, name):
+    """TOPI's operators as a user composes them (a dense layer, a padded convolution and max
+    pooling, a global average, a reshape before a MatMul, a log-softmax, element-wise ones): an
+    admitted configuration of each builds, runs and matches its reference on the CPU, and one
+    of its CUDA space compiles free of local memory."""
+    workload = user_operators(name)
+    params, _ = constraint.draw(workload, targets.cpu(), 0)
+    result = evaluate(workload, params, targets.cpu(), Limits(repeat=2, min_repeat_ms=5))
+    assert result.status.name == "NO_ERROR" and result.tflops > 0, (params, result.error)
+    params, _ = constraint.draw(workload, H100, 0)
+    registers_only(workload, params)
 
 
 @pytest.mark.slow(seconds=5)
