@@ -159,6 +159,13 @@ class Structure:
     def reductions(self) -> list[Axis]:
         return [a for a in self.axes if a.reduction]
 
+    @property
+    def holds_registers(self) -> bool:
+        """Whether a GPU thread of the main stage holds values in registers across its tile
+        (accumulators, or a kept stage's values): the check estimates them, and the schedule
+        writes out every loop that indexes them. An element-wise stage holds none."""
+        return bool(self.reductions or self.kept_before)
+
 
 class DerivedTemplate(Template):
     """The template of the operator function ``spec`` (``operators.call``); the workload's shape
@@ -251,7 +258,7 @@ class DerivedTemplate(Template):
         # Virtual threads each compute their own copy of a kept stage's values, whichever axes it follows.
         kept = [vthreads * math.prod(tiles[name][3] for name in axes) for axes in found.kept_before]
         kept = sum(kept) + max(kept, default=0)
-        if accumulators or kept:
+        if found.holds_registers:
             if vthreads > max(VTHREAD_UNROLLED, unroll):
                 raise Infeasible(f"virtual threads {vthreads} (the second factors of the spatial tile_*) exceed "
                                  f"{VTHREAD_UNROLLED} and 'unroll' {unroll}: their loop would hold its registers in "
@@ -780,11 +787,11 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
                 sch.unroll(loop)
             _reduce_outside_columns(sch, before, threads, 0)
             _keep_reduction_a_loop(sch, before, threads)
-    # Accumulators (or a kept stage's values) indexed by a loop variable would live in local
-    # memory: every loop that indexes them is written out. An element-wise stage holds neither,
-    # and its tile, which the check does not bound, stays a loop that ``unroll`` may write out
-    # (a thread's 8,192 values written out took TVM 100 s to lower and nvcc past a trial's limit).
-    if reductions or found.kept_before:
+    # Registers indexed by a loop variable would live in local memory: every loop that indexes
+    # them is written out. An element-wise stage holds none, and its tile, which the check does
+    # not bound, stays a loop that ``unroll`` may write out (a thread's 8,192 values written out
+    # took TVM 101 s to lower and nvcc past a trial's limit).
+    if found.holds_registers:
         for name in spatial:
             sch.unroll(inner[name])
     for loop in written:
