@@ -163,6 +163,26 @@ def attention(heads: int = 8, seq: int = 128, dim: int = 64) -> Operator:
                     library=("PyTorch", library))
 
 
+def mse_loss(rows: int = 1024, cols: int = 1024) -> Operator:
+    """The mean squared error of a prediction against its target: a reduction to a single value,
+    summed in partial results (per parallel chunk and vector lane on the CPU, per thread on the
+    GPU) that a last step combines, then divided by the count."""
+    prediction = te.placeholder((rows, cols), "float32", name="P")
+    target = te.placeholder((rows, cols), "float32", name="T")
+    i, j = te.reduce_axis((0, rows), name="i"), te.reduce_axis((0, cols), name="j")
+    squares = te.compute((), lambda: te.sum(te.power(prediction[i, j] - target[i, j], 2), axis=[i, j]),
+                         name="squares")
+    y = te.compute((), lambda: squares[()] / (rows * cols), name="loss")
+
+    def library(p: np.ndarray, t: np.ndarray) -> Callable[[], Any]:
+        torch = _torch()
+        tp, tt = torch.from_numpy(p), torch.from_numpy(t)
+        return lambda: torch.nn.functional.mse_loss(tp, tt)
+
+    return Operator([prediction, target], y, flops=3 * rows * cols,
+                    reference=lambda p, t: np.mean(np.square(p - t)), library=("PyTorch", library))
+
+
 def _torch() -> Any:
     """PyTorch on the CPU, as a NumPy user would call it (ImportError where it is not installed:
     the kernel then has no library to be timed against)."""

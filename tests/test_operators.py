@@ -37,6 +37,7 @@ SMALL = {  # each example at a shape whose trials take a fraction of a second
     "softmax": {"rows": 64, "cols": 128},
     "layer_norm": {"rows": 64, "cols": 96},
     "attention": {"heads": 2, "seq": 64, "dim": 32},
+    "mse_loss": {"rows": 64, "cols": 96},
 }
 
 
@@ -250,8 +251,52 @@ USER_OPERATORS = """
             shifted = x - x.max(axis=1, keepdims=True)
             return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         return Operator([x], topi.nn.log_softmax(x, axis=1), flops=4 * rows * cols, reference=reference)
+
+    def dot(n=1 << 16):  # reductions to a single value
+        x, y = te.placeholder((n,), "float32", name="X"), te.placeholder((n,), "float32", name="Y")
+        k = te.reduce_axis((0, n), name="k")
+        return Operator([x, y], te.compute((), lambda: te.sum(x[k] * y[k], axis=k), name="S"), flops=2 * n,
+                        reference=np.dot)
+
+    def mse(rows=128, cols=96):  # written with an output of shape (1,)
+        x, y = te.placeholder((rows, cols), "float32", name="X"), te.placeholder((rows, cols), "float32", name="Y")
+        i, j = te.reduce_axis((0, rows), name="i"), te.reduce_axis((0, cols), name="j")
+        d = te.compute((rows, cols), lambda a, b: x[a, b] - y[a, b], name="D")
+        s = te.compute((1,), lambda _: te.sum(d[i, j] * d[i, j], axis=[i, j]), name="S")
+        return Operator([x, y], te.compute((1,), lambda z: s[z] / (rows * cols), name="M"), flops=3 * rows * cols,
+                        reference=lambda x, y: np.array([np.mean((x - y) ** 2)]))
+
+    def norm(n=4096):
+        x = te.placeholder((n,), "float32", name="X")
+        k = te.reduce_axis((0, n), name="k")
+        s = te.compute((), lambda: te.sum(x[k] * x[k], axis=k), name="S")
+        return Operator([x], te.compute((), lambda: te.sqrt(s[()]), name="R"), flops=2 * n,
+                        reference=lambda x: np.sqrt(np.sum(x * x)))
+
+    def share(rows=64, cols=128):  # each value over the tensor's total
+        x = te.placeholder((rows, cols), "float32", name="X")
+        i, j = te.reduce_axis((0, rows), name="i"), te.reduce_axis((0, cols), name="j")
+        s = te.compute((), lambda: te.sum(x[i, j] + 2.0, axis=[i, j]), name="S")
+        return Operator([x], te.compute((rows, cols), lambda a, b: x[a, b] / s[()], name="Y"), flops=2 * rows * cols,
+                        reference=lambda x: x / (x + 2).sum())
+
+    def total(n=8, c=64, h=24):
+        x = te.placeholder((n, c, h), "float32", name="X")
+        return Operator([x], topi.sum(x), flops=n * c * h, reference=np.sum)
+
+    def log_sum_exp(n=256):
+        x = te.placeholder((n,), "float32", name="X")
+        k, k2 = te.reduce_axis((0, n), name="k"), te.reduce_axis((0, n), name="k2")
+        top = te.compute((), lambda: te.max(x[k], axis=k), name="top")
+        s = te.compute((), lambda: te.sum(te.exp(x[k2] - top[()]), axis=k2), name="S")
+        return Operator([x], te.compute((), lambda: te.log(s[()]) + top[()], name="L"), flops=3 * n)
+
+    def twice(n=1):
+        x = te.placeholder((n,), "float32", name="X")
+        return Operator([x], te.compute((n,), lambda i: x[i] * 2, name="Y"), flops=n)
 """
 TOPI_BUILT = ["dense", "conv2d", "max_pool", "global_average", "reshaped_matmul", "log_softmax", "add_relu"]
+SINGLE_VALUES = ["dot", "mse", "norm", "share", "total"]
 
 
 @pytest.fixture
@@ -399,6 +444,56 @@ def test_operators_built_from_topi_run_and_match_on_the_cpu_and_compile_for_the_
     assert result.status.name == "NO_ERROR" and result.tflops > 0, (params, result.error)
     params, _ = constraint.draw(workload, H100, 0)
     registers_only(workload, params)
+
+
+@pytest.mark.slow(seconds=8)
+@NEEDS_NVCC
+@pytest.mark.parametrize("name", SINGLE_VALUES)
+def test_a_reduction_to_a_single_value_runs_in_partial_results_on_the_cpu_and_the_gpu(user_operators, name):
+    """A dot product, a mean squared error (its output of shape (1,)), a norm's square root, a sum
+    that divides every value, TOPI's sum of everything: the space splits only the reductions, in
+    partial results per chunk and vector lane (CPU) or per block and thread (CUDA). Admitted
+    configurations build, run and match the reference on the CPU, and compile free of local
+    memory to a first kernel of partial results and a second that combines them across one
+    block's threads (warp shuffles)."""
+    workload = user_operators(name)
+    template = for_workload(workload)
+    reductions = {k for k in template.space(workload, "cpu") if k.startswith("tile_")}
+    assert reductions and set(template.space(workload, "cuda")) == reductions | {"unroll"}
+    for seed in range(2):
+        params, _ = constraint.draw(workload, targets.cpu(), seed)
+        result = evaluate(workload, params, targets.cpu(), Limits(repeat=2, min_repeat_ms=5))
+        assert result.status.name == "NO_ERROR" and result.tflops > 0, (params, result.error)
+        source = registers_only(workload, constraint.draw(workload, H100, seed)[0])
+        first, combining = source.split("extern \"C\" __global__ void")[-(3 if name == "share" else 2):][:2]
+        assert "__shfl_down_sync" not in first and "__shfl_down_sync" in combining, source
+
+
+def test_a_single_values_partial_results_are_the_tiles_chunks_and_lanes(user_operators):
+    """On the CPU, ``tile_k`` [parallel, serial, lanes] makes one partial result per chunk and
+    lane, the lanes a vector; on CUDA, [serial, blocks, threads] one per thread, which reads the
+    element next to its neighbour's at every step."""
+    workload = user_operators("dot")
+    cpu = kernel.scheduled(workload, {"tile_k": [4, 512, 32]}, targets.cpu()).script()
+    assert re.search(r"\w+ = T\.sblock_alloc_buffer\(\(128,\)", cpu) and "T.parallel(4)" in cpu, cpu
+    assert "T.vectorized(32)" in cpu
+    gpu = kernel.scheduled(workload, {"tile_k": [32, 8, 256], "unroll": 16}, H100).script()
+    assert 'T.thread_binding(8, thread="blockIdx.x"' in gpu and 'T.thread_binding(256, thread="threadIdx.x")' in gpu
+    assert re.search(r"X\[\w+ \* 2048 \+ \w+\]", gpu), gpu  # step * (blocks * threads) + the thread's number
+    with pytest.raises(Infeasible, match="vector length"):
+        for_workload(workload).check(workload, {"tile_k": [1, 512, 128]}, targets.cpu())
+    with pytest.raises(Infeasible, match="threads per block 2048"):
+        for_workload(workload).check(workload, {"tile_k": [8, 4, 2048], "unroll": 0}, H100)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("log_sum_exp", "its reduction to a single value S reads stage top, which it cannot inline: a reduction to a "
+                    "single value after another reduction (a log-sum-exp of every element) is not supported"),
+    ("twice", "its main stage Y computes a single value without reducing: there is nothing to tune")])
+def test_a_single_value_the_template_cannot_split_is_refused_in_one_line(user_operators, name, message):
+    with pytest.raises(SystemExit) as refused:
+        launch.main(["--operator", f"userops:{name}", "--target", "cpu", "--port", str(free_port())])
+    assert str(refused.value) == f"cannot generate the experiment: operator userops:{name}: {message}"
 
 
 @pytest.mark.slow(seconds=5)

@@ -150,7 +150,7 @@ def verify(workload: Workload, function: Any, host: list[np.ndarray], args: list
         expected, magnitude = for_workload(workload).reference(workload, host, index)
     else:
         index, expected, magnitude = prepared.index, prepared.expected, prepared.magnitude
-    got = out[tuple(index.T)].astype(np.float64)
+    got = np.atleast_1d(out[tuple(index.T)]).astype(np.float64)
     error = np.abs(got - expected)
     allowed = RELATIVE_TOLERANCE * magnitude + 1e-6
     worst = int(np.argmax(error - allowed))

@@ -23,6 +23,8 @@ STAGES = (1, 2, 3, 4)
 ``stages - 1`` stages ahead with ``cp.async`` while the registers compute (``pipeline``)."""
 ASYNC_COPY_CC = 80
 """``cp.async`` (the pipeline's copies) exists from compute capability 8.0 (Ampere)."""
+SPATIAL, REDUCE = 0, 2
+"""TIR's iteration types (``IterVar.iter_type``) of a block's axes."""
 
 
 class Infeasible(ValueError):
@@ -139,6 +141,21 @@ def loops_below(sch: Any, block: Any, anchor: Any) -> list[Any]:
     return list(loops[position + 1:])
 
 
+def leftover(sch: Any, block: Any, cuda: bool) -> None:
+    """A stage left at the top: its leading spatial loops in parallel (CPU) or over the GPU's threads."""
+    loops = sch.get_loops(block)
+    spatial = [loop for loop, iv in zip(loops, sch.get(block).iter_vars) if int(iv.iter_type) == SPATIAL]
+    if not spatial:
+        return
+    fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+    if cuda:
+        blocks, threads = sch.split(fused, [None, 128])
+        sch.bind(blocks, "blockIdx.x")
+        sch.bind(threads, "threadIdx.x")
+    else:
+        sch.parallel(fused)
+
+
 def cooperative_fetch(sch: Any, block: Any, anchor: Any, threads: list[tuple[int, str]], lanes: int = 1) -> None:
     """Fill a shared-memory tile with all the block's threads, each loading ``lanes`` neighbours
     at a time (one 128-bit load for 4): the copy loops that ``compute_at(block, anchor)`` created,
@@ -180,7 +197,10 @@ def shared_scope(shared_bytes: int, target: Target) -> str:
 
 
 def sample_indices(shape: tuple[int, ...], count: int, rng: np.random.Generator) -> np.ndarray:
-    """``count`` output positions (rows of indices), always including the first and the last."""
+    """``count`` output positions (rows of indices), always including the first and the last; a
+    single value's (shape ``()``) is one row of no index."""
+    if not shape:
+        return np.zeros((1, 0), dtype=np.int64)
     size = math.prod(shape)
     flat = rng.choice(size, size=min(count, size), replace=False)
     flat[:2] = [0, size - 1][: len(flat[:2])]

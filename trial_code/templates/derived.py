@@ -33,6 +33,9 @@ The main stage's axes give the search space, in the shape of the built-in GEMM a
   than 32 only within ``unroll``), shared memory (each input's footprint from its affine index
   expressions) and registers.
 
+A reduction to a single value (a dot product, a loss) has no spatial axis to tile: its own
+space and schedules, in partial results, are ``totals``'.
+
 Everything is read from the computation with TVM, once per workload and process (``structure``):
 the tuner's constraint loads TVM for an operator of the user's, unlike the built-in families.
 """
@@ -49,13 +52,17 @@ import numpy as np
 
 from ..targets import Target, import_tvm, registers_per_thread
 from ..workloads import Workload
+from . import totals
 from .base import (
+    REDUCE,
+    SPATIAL,
     Infeasible,
     Template,
     check_cpu_unroll,
     check_cpu_vector,
     check_gpu_launch,
     factors,
+    leftover,
     limit,
     loops_below,
     one_of,
@@ -87,8 +94,6 @@ COLUMN_REGISTERS = 1.5
 """Registers per value of a row a normalization's GPU thread keeps (the value, and the operands
 ptxas keeps to compute it): calibrated so that no configuration the check admits spills (ptxas
 used 80 registers for 64 scores, 168 for 128, and spilled at 256)."""
-SPATIAL, REDUCE = 0, 2
-"""TIR's iteration types (``IterVar.iter_type``) of a block's axes."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +155,9 @@ class Structure:
     ``compute_once`` knob computes it once into a buffer (1) or inlines it into each reader (0)."""
     identity: str
     """A digest of the computation (its TIR) and its reference's source: the inputs' cache key."""
+    total: bool = False
+    """A reduction to a single value (no spatial axis longer than 1): scheduled in partial
+    results (``totals``)."""
 
     @property
     def spatial(self) -> list[Axis]:
@@ -158,6 +166,10 @@ class Structure:
     @property
     def reductions(self) -> list[Axis]:
         return [a for a in self.axes if a.reduction]
+
+    @property
+    def reduction_extents(self) -> dict[str, int]:
+        return {a.name: a.extent for a in self.reductions}
 
     @property
     def holds_registers(self) -> bool:
@@ -197,6 +209,8 @@ class DerivedTemplate(Template):
     def space(self, workload: Workload, target_kind: str) -> dict[str, Any]:
         found = self.structure(workload)
         cuda = target_kind == "cuda"
+        if found.total:
+            return totals.space(found.reduction_extents, cuda)
         space: dict[str, Any] = {
             f"tile_{a.name}": {"_type": "factor", "_value": [a.extent, (3 if cuda else 2) if a.reduction
                                                               else (4 if cuda else 3)]}
@@ -221,6 +235,9 @@ class DerivedTemplate(Template):
     def check(self, workload: Workload, params: dict[str, Any], target: Target) -> None:
         found = self.structure(workload)
         cuda = target.kind == "cuda"
+        if found.total:
+            totals.check(found.reduction_extents, params, target)
+            return
         if cuda and found.rows:
             rows = {a.name: factors(params, f"tile_{a.name}", a.extent, 3) for a in found.spatial}
             unroll = one_of(params, "unroll", UNROLL_STEPS)
@@ -270,6 +287,11 @@ class DerivedTemplate(Template):
     def schedule(self, sch: Any, workload: Workload, params: dict[str, Any], target: Target) -> None:
         found = self.structure(workload)
         cpu = target.kind != "cuda"
+        if found.total:
+            stages = _stages(sch)
+            scheduled = totals.schedule_cpu if cpu else totals.schedule_cuda
+            scheduled(sch, stages.main, stages.after, found.reduction_extents, params)
+            return
         stages = _stages(sch, keep_input_stages=cpu or bool(params.get("shared")),
                          keep_shared=cpu and bool(params.get("compute_once")))
         if target.kind == "cuda":
@@ -291,7 +313,7 @@ class DerivedTemplate(Template):
                                  f"the output is {expected_shape}")
         else:
             full = _unscheduled(self.compute(workload), inputs)
-        expected = full[tuple(index.T)]
+        expected = np.atleast_1d(full[tuple(index.T)])  # a single value's index has no axis
         scale = float(np.sqrt(np.mean(np.square(full)))) if full.size else 0.0
         return expected, np.abs(expected) + scale
 
@@ -358,9 +380,14 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
         name = _safe(iv.var.name.removeprefix("v_"), position, seen)
         seen.add(name)
         axes.append(Axis(name, int(iv.dom.extent), int(iv.iter_type) == REDUCE))
-    if not any(not a.reduction for a in axes):
-        raise ValueError(f"operator {spec}: its main stage {block.name_hint} reduces to a single value; "
-                         "a stage with no spatial axis is not supported")
+    total = math.prod(a.extent for a in axes if not a.reduction) == 1
+    if total and not any(a.reduction for a in axes):
+        raise ValueError(f"operator {spec}: its main stage {block.name_hint} computes a single value without "
+                         "reducing: there is nothing to tune")
+    if total and stages.before:
+        raise ValueError(f"operator {spec}: its reduction to a single value {block.name_hint} reads stage "
+                         f"{sch.get(stages.before[0]).name_hint}, which it cannot inline: a reduction to a single "
+                         "value after another reduction (a log-sum-exp of every element) is not supported")
     variables = [iv.var for iv in block.iter_vars]
     params = {t.op.name for t in op.inputs}
     footprints: dict[str, Footprint] = {}
@@ -381,6 +408,8 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     except (OSError, TypeError):
         reference_source = repr(reference)
     identity = hashlib.sha256((function.script() + reference_source).encode()).hexdigest()[:24]
+    if total:
+        return Structure(tuple(axes), (), False, 0, 0, (), (), False, identity, total=True)
     row_extents = [a.extent for a in axes if not a.reduction]
     normalizes = _normalizes(sch, stages, row_extents)
     row_values, row_length = _row_registers(sch, stages, row_extents) if normalizes else (0, 0)
@@ -499,7 +528,7 @@ def _stages(sch: Any, keep_input_stages: bool = False, keep_shared: bool = False
 
 def _move_before(sch: Any, stages: _Stages, loop: Any, scope: str | None) -> None:
     """The stages before the main one computed under ``loop`` (for the region its iterations
-    need), in ``scope``; one that cannot be stays where it is, whole (``_leftover``)."""
+    need), in ``scope``; one that cannot be stays where it is, whole (``leftover``)."""
     for block in reversed(stages.before):
         try:
             sch.compute_at(block, loop)
@@ -508,7 +537,7 @@ def _move_before(sch: Any, stages: _Stages, loop: Any, scope: str | None) -> Non
             elif not _reduces(sch, block):  # a shared stage kept on the CPU: whole vectors
                 _vectorize_last(sch, block, loop, 0)
         except Exception:  # noqa: BLE001 (TVM's ScheduleError)
-            _leftover(sch, block, scope is not None)
+            leftover(sch, block, scope is not None)
 
 
 def _under(sch: Any, block: Any, loop: Any) -> bool:
@@ -518,21 +547,6 @@ def _under(sch: Any, block: Any, loop: Any) -> bool:
 
 def _reduces(sch: Any, block: Any) -> bool:
     return any(int(iv.iter_type) == REDUCE for iv in sch.get(block).iter_vars)
-
-
-def _leftover(sch: Any, block: Any, cuda: bool) -> None:
-    """A stage left at the top: its leading spatial loops in parallel (CPU) or over the GPU's threads."""
-    loops = sch.get_loops(block)
-    spatial = [loop for loop, iv in zip(loops, sch.get(block).iter_vars) if int(iv.iter_type) == SPATIAL]
-    if not spatial:
-        return
-    fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-    if cuda:
-        blocks, threads = sch.split(fused, [None, 128])
-        sch.bind(blocks, "blockIdx.x")
-        sch.bind(threads, "threadIdx.x")
-    else:
-        sch.parallel(fused)
 
 
 def _vector_lanes(extent: int, preferred: int) -> int:
@@ -594,7 +608,7 @@ def _schedule_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str,
                 sch.reverse_compute_at(after, anchor)
                 writers.append(after)
             except Exception:  # noqa: BLE001 (TVM's ScheduleError)
-                _leftover(sch, after, cuda=False)
+                leftover(sch, after, cuda=False)
     elif reductions:
         accumulate = sch.cache_write(block, 0, "global")
         sch.reverse_compute_at(accumulate, anchor)
@@ -736,7 +750,7 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
         _schedule_rows_cuda(sch, stages, found, params)
         return
     for separate in [b for b in stages.before if sch.get(b).name_hint in found.separate]:
-        _leftover(sch, separate, cuda=True)
+        leftover(sch, separate, cuda=True)
     stages.before = [b for b in stages.before if sch.get(b).name_hint not in found.separate]
     block = stages.main
     loops = dict(zip((a.name for a in found.axes), sch.get_loops(block)))
@@ -766,7 +780,7 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
             sch.reverse_compute_at(after, threads)
             written += _register_loops(sch, after, threads)
         except Exception:  # noqa: BLE001 (TVM's ScheduleError)
-            _leftover(sch, after, cuda=True)
+            leftover(sch, after, cuda=True)
     if reductions and params["shared"]:
         stage = parts[reductions[-1]][0]
         sources = {f.name for f in found.inputs} | {sch.get(b).name_hint for b in stages.kept}
