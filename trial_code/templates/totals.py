@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..targets import Target
-from .base import check_cpu_vector, check_gpu_launch, factors, leftover, one_of
+from ..targets import MAX_CPU_VECTOR, Target
+from .base import check_gpu_launch, factors, leftover, limit, one_of
 
 UNROLL_STEPS = (0, 16, 64, 512)
 COMBINE_THREADS = 256
@@ -45,7 +45,8 @@ def check(reductions: dict[str, int], params: dict[str, Any], target: Target) ->
         one_of(params, "unroll", UNROLL_STEPS)
         check_gpu_launch(target, [math.prod(t[2] for t in tiles)], 1, 0, [])
     else:
-        check_cpu_vector(f"tile_{list(reductions)[-1]}", math.prod(t[2] for t in tiles))
+        limit("vector length (the last factors of the tile_* multiplied)", math.prod(t[2] for t in tiles),
+              MAX_CPU_VECTOR)
 
 
 def schedule_cpu(sch: Any, main: Any, after: list[Any], reductions: dict[str, int], params: dict[str, Any]) -> None:
