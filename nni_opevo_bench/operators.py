@@ -32,6 +32,7 @@ from trial_code.evaluate import Limits
 from trial_code.files import user_cache
 from trial_code.workloads import named_or_operator
 
+from . import metaschedule
 from .machine import describe
 from .objectives import Live
 from .runner import Plan, run
@@ -83,18 +84,29 @@ def main(argv: list[str] | None = None) -> None:
     print(f"operators: {args.out / 'README.md'}", flush=True)
 
 
-def _best(rows: list[dict[str, str]], workload: str, tuner: str, trials: int) -> list[float]:
-    """GFLOPS of the best kernel among each seed's first ``trials`` trials."""
+def _runs(rows: list[dict[str, str]], workload: str, tuner: str) -> list[list[dict[str, str]]]:
+    """Each seed's rows of ``tuner`` on ``workload``, in the order they were measured."""
     seeds: dict[str, list[dict[str, str]]] = {}
     for row in rows:
         if row["workload"] == workload and row["tuner"] == tuner:
             seeds.setdefault(row["seed"], []).append(row)
+    return [sorted(runs, key=lambda r: int(r["index"])) for runs in seeds.values()]
+
+
+def _best(rows: list[dict[str, str]], workload: str, tuner: str, trials: int) -> list[float]:
+    """GFLOPS of the best kernel among each seed's first ``trials`` trials. A MetaSchedule run
+    shorter than that is whole (its rows are written when its search ends: it found no schedule
+    it had not measured), so its best is the best it would have had after ``trials``."""
     found = []
-    for runs in seeds.values():
-        ordered = sorted(runs, key=lambda r: int(r["index"]))[:trials]
-        if len(ordered) == trials:
-            found.append(1e3 * max(float(r["tflops"]) for r in ordered))
+    for ordered in _runs(rows, workload, tuner):
+        if len(ordered) >= trials or metaschedule.is_peer(tuner):
+            found.append(1e3 * max(float(r["tflops"]) for r in ordered[:trials]))
     return found
+
+
+def _stopped_early(rows: list[dict[str, str]], workload: str, tuner: str, budget: int) -> list[int]:
+    """The trial counts of ``tuner``'s runs on ``workload`` that ended before ``budget`` (MetaSchedule's only)."""
+    return sorted(len(r) for r in _runs(rows, workload, tuner) if len(r) < budget) if metaschedule.is_peer(tuner) else []
 
 
 def _cell(values: list[float]) -> str:
@@ -132,6 +144,12 @@ def readme(rows_folder: Path) -> str:
                      + f" | {library['library'] if library else 'none here'} | "
                      f"{f'{vendor:.1f}' if vendor else '-'} | {ratio} |")
     lines.append("")
+    for spec in EXAMPLES:
+        counts = _stopped_early(rows, spec, "metaschedule", budget)
+        if counts:
+            lines += [f"MetaSchedule on `{spec.partition(':')[2]}` ran out of schedules to measure: its search ended "
+                      f"after {', '.join(map(str, counts))} trials (of {budget}), and its cells are the best of "
+                      "those.", ""]
     for spec, named in HAND_WRITTEN.items():
         derived, written = _best(rows, spec, "opevo", budget), _best(rows, named, "opevo", budget)
         if derived and written:

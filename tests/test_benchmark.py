@@ -248,3 +248,27 @@ def test_a_results_page_names_the_machines_widest_vector_extension():
     named = {name for _, name in VECTOR_EXTENSIONS if f"({name}), " in line}
     assert named == ({extension} if extension else set())
     assert line.endswith(f"Python {platform.python_version()}")
+
+
+def test_the_operators_page_takes_a_metaschedule_run_that_ran_out_of_schedules_as_whole(tmp_path):
+    """MetaSchedule's rows are written when its search ends, so a run shorter than the budget
+    found nothing more to measure: its best counts, and the page says how far it got. An OpEvo
+    run cut short (its rows are written as it goes) is left out until it is resumed."""
+    from nni_opevo_bench import operators
+
+    spec = "examples.operators:mse_loss"
+    with open(tmp_path / "trials.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, restval="")
+        writer.writeheader()
+        for tuner, seed, count in [("opevo", 0, 64), ("opevo", 1, 10), ("metaschedule", 0, 4), ("metaschedule", 1, 4)]:
+            for index in range(count):
+                writer.writerow({"objective": "live", "workload": spec, "target": "llvm", "tuner": tuner,
+                                 "seed": seed, "index": index, "tflops": 0.001 * (index + 1) * (seed + 1),
+                                 "status": "NO_ERROR"})
+    (tmp_path / "run.json").write_text(json.dumps({"command": "nni-opevo operators", "started": "a", "ended": "b",
+                                                   "machine": "here", "budget": 64, "seeds": 2}))
+    page = operators.readme(tmp_path)
+    assert "| mse_loss | 64.0 | 6.0 (4.0-8.0) | none here | - | - |" in page
+    assert "MetaSchedule on `mse_loss` ran out of schedules to measure: its search ended after 4, 4 trials (of 64)" \
+        in page
+    assert "MetaSchedule on `softmax`" not in page
