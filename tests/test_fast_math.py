@@ -104,3 +104,15 @@ def test_whole_powers_are_written_out_in_vectorized_loops_and_exact_for_negative
     found, source = _apply(lambda v: tirx.pow(v, tirx.const(1.5, "float32")), np.abs(values), 16)
     assert "llvm.pow" in source  # any other power stays LLVM's
     np.testing.assert_allclose(found, np.abs(values).astype(np.float64) ** 1.5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("lanes", [1, 16])
+def test_a_cpu_kernel_divides_by_a_constant_as_a_multiplication_by_its_reciprocal(lanes):
+    """A mean's ``x / n`` (``trial_code.targets.LLVM_FAST_MATH``): no division left in the kernel,
+    each value within 1.5 units in the last place of the exact quotient."""
+    values = np.linspace(-1e6, 1e6, 100_003, dtype=np.float32)
+    found, source = _apply(lambda x: x / tirx.const(768.0, "float32"), values, lanes)
+    assert "fdiv" not in source and "fmul" in source
+    exact = values.astype(np.float64) / 768.0
+    nonzero = exact != 0
+    assert _ulps(found[nonzero], exact[nonzero]).max() <= 1.5
