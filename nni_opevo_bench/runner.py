@@ -8,10 +8,10 @@ NNI tuners (catalog names), and Optuna's samplers behind an NNI tuner (``optuna:
 ``optuna_peers``), are driven through NNI's calls (``nni_opevo.testing``) and get the
 objective's constraint as classArgs. Kernel Tuner's strategies (``kt:<name>``, on a cache
 objective) run in Kernel Tuner itself (``kernel_tuner_strategies``), one evaluation at a time
-on the simulated clock; an interrupted one is run again with its seed (Kernel Tuner cannot be
-resumed) and only the rows past those in the CSV are written. TVM MetaSchedule
-(``metaschedule``, on a live objective) tunes in TVM itself on the real clock; its rows are
-written when its run ends (it cannot be resumed either, and a rerun measures anew).
+on the simulated clock. TVM MetaSchedule (``metaschedule``, on a live objective) tunes in TVM
+itself on the real clock. Neither can be resumed, so their rows are written when the run ends
+(``written_when_it_ends``): rows in the CSV are a whole run, kept even when its search ended
+before the budget, and a run cut short left none and is run again whole.
 """
 from __future__ import annotations
 
@@ -126,6 +126,13 @@ def drop_partial_row(csv_path: Path) -> None:
         handle.truncate(data.rfind(b"\n") + 1)
 
 
+def written_when_it_ends(spec: str) -> bool:
+    """Whether ``spec``'s rows are written once its run has ended (Kernel Tuner's strategies and
+    MetaSchedule, neither of which can be resumed): its rows in the CSV are then a whole run,
+    however short of the budget, since its search ended there."""
+    return kernel_tuner_strategies.is_strategy(spec) or metaschedule.is_peer(spec)
+
+
 def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: list[dict[str, str]],
          writer: csv.DictWriter, handle: TextIO, bar: Progress, out: Path) -> bool:
     """Whether the run is complete (its budget spent or its space exhausted)."""
@@ -138,10 +145,10 @@ def _one(plan: Plan, objective: Objective, tuner_spec: str, seed: int, rows: lis
         if isinstance(objective, Network) and not metaschedule.is_peer(tuner_spec):
             _end_to_end(objective, tuner_spec, seed, out, params=network_end_to_end.best_params(rows))
         return True
+    if done and written_when_it_ends(tuner_spec):
+        bar.finished(label + " (already in the CSV; its search ended early)", done, best, started)
+        return True
     if kernel_tuner_strategies.is_strategy(tuner_spec):
-        if done:  # its rows are written after the strategy ended, so a run that stopped early is whole too
-            bar.finished(label + " (already in the CSV; the strategy stopped early)", done, best, started)
-            return True
         _one_kernel_tuner(plan, objective, tuner_spec, seed, writer, handle, bar, label)
         return True
     if metaschedule.is_peer(tuner_spec):

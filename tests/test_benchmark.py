@@ -272,3 +272,28 @@ def test_the_operators_page_takes_a_metaschedule_run_that_ran_out_of_schedules_a
     assert "MetaSchedule on `mse_loss` ran out of schedules to measure: its search ended after 4, 4 trials (of 64)" \
         in page
     assert "MetaSchedule on `softmax`" not in page
+
+
+def test_a_metaschedule_run_that_ran_out_of_schedules_is_not_run_again(tmp_path, monkeypatch):
+    """MetaSchedule's rows are written when its search ends, so a run shorter than the budget is
+    whole; the same command again keeps it as it is, where it would measure anew and append a
+    second run's rows under the same indices."""
+    from nni_opevo_bench import metaschedule
+    from nni_opevo_bench.objectives import Live
+    from nni_opevo_bench.runner import Plan, run
+    from trial_code import targets
+    from trial_code.evaluate import Limits
+
+    calls = []
+
+    def ran_out(*args, **kwargs):
+        calls.append(args)
+        return [metaschedule.Measured(f"trace{i}", 0.001 * (i + 1), "NO_ERROR", 1e-3, 1.0) for i in range(3)]
+
+    monkeypatch.setattr(metaschedule, "run", ran_out)
+    plan = Plan([Live("MM_small", targets.cpu(), Limits())], ["metaschedule"], [0], 8, 1)
+    out = tmp_path / "rows.csv"
+    run(plan, out, progress=False)
+    first = out.read_text()
+    run(plan, out, progress=False)
+    assert len(calls) == 1 and out.read_text() == first and len(first.strip().splitlines()) == 1 + 3
