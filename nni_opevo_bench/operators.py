@@ -32,10 +32,10 @@ from trial_code.evaluate import Limits
 from trial_code.files import user_cache
 from trial_code.workloads import named_or_operator
 
-from . import metaschedule
 from .machine import describe
 from .objectives import Live
-from .runner import Plan, run
+from .report import Runs, group
+from .runner import Plan, run, written_when_it_ends
 from .table import read_rows
 
 EXAMPLES = ("examples.operators:depthwise_conv2d", "examples.operators:matmul_bias_gelu", "examples.operators:softmax",
@@ -84,29 +84,20 @@ def main(argv: list[str] | None = None) -> None:
     print(f"operators: {args.out / 'README.md'}", flush=True)
 
 
-def _runs(rows: list[dict[str, str]], workload: str, tuner: str) -> list[list[dict[str, str]]]:
-    """Each seed's rows of ``tuner`` on ``workload``, in the order they were measured."""
-    seeds: dict[str, list[dict[str, str]]] = {}
-    for row in rows:
-        if row["workload"] == workload and row["tuner"] == tuner:
-            seeds.setdefault(row["seed"], []).append(row)
-    return [sorted(runs, key=lambda r: int(r["index"])) for runs in seeds.values()]
+def _best(runs: Runs, workload: str, tuner: str, trials: int) -> list[float]:
+    """GFLOPS of the best kernel among each seed's first ``trials`` trials. A shorter run of a
+    tuner whose rows are written when its run ends (MetaSchedule) is whole, its search ended: its
+    best is the best it would have had after ``trials``."""
+    whole = written_when_it_ends(tuner)
+    return [1e3 * max(float(r["tflops"]) for r in ordered[:trials])
+            for ordered in runs[workload][tuner].values() if whole or len(ordered) >= trials]
 
 
-def _best(rows: list[dict[str, str]], workload: str, tuner: str, trials: int) -> list[float]:
-    """GFLOPS of the best kernel among each seed's first ``trials`` trials. A MetaSchedule run
-    shorter than that is whole (its rows are written when its search ends: it found no schedule
-    it had not measured), so its best is the best it would have had after ``trials``."""
-    found = []
-    for ordered in _runs(rows, workload, tuner):
-        if len(ordered) >= trials or metaschedule.is_peer(tuner):
-            found.append(1e3 * max(float(r["tflops"]) for r in ordered[:trials]))
-    return found
-
-
-def _stopped_early(rows: list[dict[str, str]], workload: str, tuner: str, budget: int) -> list[int]:
-    """The trial counts of ``tuner``'s runs on ``workload`` that ended before ``budget`` (MetaSchedule's only)."""
-    return sorted(len(r) for r in _runs(rows, workload, tuner) if len(r) < budget) if metaschedule.is_peer(tuner) else []
+def _ended_early(runs: Runs, workload: str, tuner: str, budget: int) -> list[int]:
+    """The trial counts of ``tuner``'s whole runs on ``workload`` that ended before ``budget``."""
+    if not written_when_it_ends(tuner):
+        return []
+    return sorted(len(ordered) for ordered in runs[workload][tuner].values() if len(ordered) < budget)
 
 
 def _cell(values: list[float]) -> str:
@@ -118,7 +109,7 @@ def _cell(values: list[float]) -> str:
 
 def readme(rows_folder: Path) -> str:
     """The page: one table of the operators, one line on the derived MatMul, the command and machine."""
-    rows = read_rows(rows_folder / "trials.csv")
+    runs = group(read_rows(rows_folder / "trials.csv"))
     run_file, library_file = rows_folder / "run.json", rows_folder / "library.json"
     run_info: dict[str, Any] = json.loads(run_file.read_text()) if run_file.exists() else {}
     libraries = json.loads(library_file.read_text()) if library_file.exists() else {}
@@ -135,8 +126,8 @@ def readme(rows_folder: Path) -> str:
              + f" | library | library GFLOPS | OpEvo @{budget} / library |",
              "|---|" + "---|" * (2 * len(budgets) + 3)]
     for spec in EXAMPLES:
-        opevo = [_best(rows, spec, "opevo", n) for n in budgets]
-        ms = [_best(rows, spec, "metaschedule", n) for n in budgets]
+        opevo = [_best(runs, spec, "opevo", n) for n in budgets]
+        ms = [_best(runs, spec, "metaschedule", n) for n in budgets]
         library = libraries.get(spec)
         vendor = 1e3 * library["tflops"] if library else None
         ratio = f"{statistics.mean(opevo[-1]) / vendor:.2f}x" if vendor and opevo[-1] else "-"
@@ -145,13 +136,13 @@ def readme(rows_folder: Path) -> str:
                      f"{f'{vendor:.1f}' if vendor else '-'} | {ratio} |")
     lines.append("")
     for spec in EXAMPLES:
-        counts = _stopped_early(rows, spec, "metaschedule", budget)
+        counts = _ended_early(runs, spec, "metaschedule", budget)
         if counts:
             lines += [f"MetaSchedule on `{spec.partition(':')[2]}` ran out of schedules to measure: its search ended "
                       f"after {', '.join(map(str, counts))} trials (of {budget}), and its cells are the best of "
                       "those.", ""]
     for spec, named in HAND_WRITTEN.items():
-        derived, written = _best(rows, spec, "opevo", budget), _best(rows, named, "opevo", budget)
+        derived, written = _best(runs, spec, "opevo", budget), _best(runs, named, "opevo", budget)
         if derived and written:
             fraction = statistics.mean(derived) / statistics.mean(written)
             lines += [f"The derived `{spec.partition(':')[2]}` space against the hand-written MatMul template on the "
