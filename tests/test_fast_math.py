@@ -77,6 +77,17 @@ def test_the_edges_are_ieees(function, exact, lanes):
                                                                        np.signbit(rounded[numbers]))  # erf(-0) is -0
 
 
+@pytest.mark.parametrize("function", [tirx.exp, tirx.erf], ids=["exp", "erf"])
+def test_every_nan_stays_nan(function):
+    """Quiet and signalling NaNs of either sign and any payload: the exponential's rounding and
+    powers of two are made from its bits, and NaN's bits must not make a number."""
+    nans = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FFFFFFF, 0xFFFFFFFF, 0x7FA00000],
+                    np.uint32).view(np.float32)
+    for lanes in (1, 16):
+        found, _ = _apply(function, np.tile(nans, 3), lanes)
+        assert np.isnan(found).all(), found
+
+
 @pytest.mark.parametrize("function, library", [(tirx.exp, "expf"), (tirx.erf, "erff"), (tirx.tanh, "expf"),
                                                (tirx.sigmoid, "expf")], ids=["exp", "erf", "tanh", "sigmoid"])
 def test_a_vectorized_loop_computes_in_the_vector_units(function, library):

@@ -12,7 +12,7 @@ them), exact for every sign and faster; any other power is left to TVM's own low
 
 ``exp`` and ``erf`` of float32 on the CPU: LLVM has no vector form of either, so a vectorized
 loop calls the C library's ``expf`` or ``erff`` once per lane, about 2 and 3 ns per element on the
-2-core development machine against 0.3 for a polynomial the vector units evaluate; a softmax
+2-core development machine against 0.2-0.3 for a polynomial the vector units evaluate; a softmax
 spent most of its time there and a MatMul's GELU epilogue two thirds of it. They are written as
 such polynomials here, the CPU's counterpart of CUDA's fast math (``__expf``), a few units in
 the last place from the exact value (``tests/test_fast_math.py`` bounds each over its range), with
@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 from typing import Any
+
+import numpy as np
 
 MAX_EXPONENT = 8
 """The largest whole exponent written out (one multiplication fewer than it in the kernel)."""
@@ -36,9 +38,15 @@ gives every argument beyond them its answer too."""
 LN2_HIGH, LN2_LOW = 0.693359375, -2.12194440e-4
 """ln 2 in two parts (Cody and Waite): ``n * LN2_HIGH`` is exact for the ``n`` that occur, so the
 reduced argument keeps float32's precision."""
-EXP_TAYLOR = tuple(1 / math.factorial(k) for k in range(8))
-"""exp(f) for |f| <= ln(2) / 2 by its Taylor polynomial of degree 7: the remainder, below
-f^8 / 8!, is under a tenth of float32's unit in the last place."""
+ROUNDING = 12582912.0
+"""1.5 * 2^23: added to ``x / ln 2``, the sum's last bit is a unit, so the sum is rounded to the
+nearest whole ``n`` and its bits are ``n`` plus those of ``ROUNDING`` (an even number), where a
+floor and a conversion to an integer take two more instructions. LLVM keeps the sum and the
+difference as written: the kernels are built without its reassociation (``targets.LLVM_FAST_MATH``)."""
+EXP_DEGREE = 6
+"""exp(f) for |f| <= ln(2) / 2 by a polynomial of this degree (``EXP_POLYNOMIAL``): its error with
+float32 coefficients is under a quarter of a unit in the last place, where Taylor's polynomial of
+degree 6 is two units off (it needs degree 7, one more multiply-add) and a fit of degree 5 too."""
 ERF_CLAMP = 4.0
 """float32's erf is +-1 beyond +-3.92."""
 ERF_NUMERATOR = (1.128379095, 0.20728615878, 0.051546987813, 0.0039984894399, 0.00014753761935,
@@ -108,6 +116,15 @@ def _clamp(x: Any, low: float, high: float, dtype: str) -> Any:
     return tirx.Select(x < high, tirx.Select(x > low, x, _const(low, dtype)), _const(high, dtype))
 
 
+def _clamp_keeping_nan(x: Any, low: float, high: float, dtype: str) -> Any:
+    """``x`` within [low, high], NaN kept (a comparison with NaN is false, so it meets neither
+    bound): two instructions, a maximum and a minimum, where ``_clamp`` and ``_with_nan`` take five."""
+    from tvm import tirx
+
+    above_low = tirx.Select(x < low, _const(low, dtype), x)
+    return tirx.Select(above_low > high, _const(high, dtype), above_low)
+
+
 def _horner(coefficients: tuple[float, ...], x: Any) -> Any:
     from tvm import tirx
 
@@ -124,29 +141,54 @@ def _with_nan(x: Any, value: Any) -> Any:
     return tirx.Select(tirx.isnan(x), x, value)
 
 
+def _exp_polynomial(degree: int) -> tuple[float, ...]:
+    """The coefficients, lowest power first, of exp's least-squares fit on Chebyshev points of
+    [-ln(2) / 2, ln(2) / 2], close to the best uniform fit, rounded to float32."""
+    half = math.log(2) / 2
+    points = half * np.cos((2 * np.arange(64) + 1) * np.pi / 128)
+    coefficients = np.polynomial.polynomial.polyfit(points, np.exp(points), degree)
+    return tuple(float(c) for c in coefficients.astype(np.float32))
+
+
+EXP_POLYNOMIAL = _exp_polynomial(EXP_DEGREE)
+
+
 def lower_exp(call: Any) -> Any:
-    """float32 ``exp(x)`` as ``2^n exp(f)``, ``x = n ln 2 + f``: ``exp(f)`` by ``EXP_TAYLOR``, ``2^n``
-    as two powers of two put in the exponent bits (one would leave float32's exponent range for
-    the subnormal results). Other types keep LLVM's ``exp``."""
+    """float32 ``exp(x)`` as ``2^n exp(f)``, ``x = n ln 2 + f``: ``n`` rounded with ``ROUNDING``,
+    ``exp(f)`` by ``EXP_POLYNOMIAL``, ``2^n`` as two powers of two put in the exponent bits (one
+    would leave float32's exponent range for the subnormal results). The clamp lets NaN through,
+    and every step keeps it (its bits make some power of two, which times NaN is NaN). Other types
+    keep LLVM's ``exp``."""
     from tvm import tirx
 
     found = _float32(call)
     if found is None:
         return tirx.call_llvm_pure_intrin(str(call.ty), "llvm.exp", *call.args)
     x, dtype = found
-    reduced = _clamp(x, EXP_LOW, EXP_HIGH, dtype)
-    n = tirx.floor(reduced * tirx.const(1 / math.log(2), "float32") + tirx.const(0.5, "float32"))
-    f = (reduced - n * tirx.const(LN2_HIGH, "float32")) - n * tirx.const(LN2_LOW, "float32")
-    whole = tirx.Cast(dtype.replace("float32", "int32"), n)
-    half = tirx.shift_right(whole, tirx.const(1, "int32"))
-    return _with_nan(x, _horner(EXP_TAYLOR, f) * _power_of_two(half, dtype) * _power_of_two(whole - half, dtype))
+    integer = dtype.replace("float32", "int32")
+    bounded = _clamp_keeping_nan(x, EXP_LOW, EXP_HIGH, dtype)
+    rounded = bounded * tirx.const(1 / math.log(2), "float32") + tirx.const(ROUNDING, "float32")
+    n = rounded - tirx.const(ROUNDING, "float32")
+    f = (bounded - n * tirx.const(LN2_HIGH, "float32")) - n * tirx.const(LN2_LOW, "float32")
+    # With b the bits of ``rounded``, n + bits(ROUNDING): floor(n / 2) + 127 is b / 2 + bias, and
+    # n - floor(n / 2) + 127 is b - b / 2 + bias.
+    bits = tirx.reinterpret(integer, rounded)
+    half = tirx.shift_right(bits, tirx.const(1, "int32"))
+    bias = tirx.const(127 - _bits(ROUNDING) // 2, "int32")
+    return _horner(EXP_POLYNOMIAL, f) * _exponent(half + bias, dtype) * _exponent(bits - half + bias, dtype)
 
 
-def _power_of_two(n: Any, dtype: str) -> Any:
-    """2^n for whole ``n`` within float32's normal exponents, from its bits."""
+def _bits(value: float) -> int:
+    """float32 ``value``'s bits as an integer."""
+    return int(np.float32(value).view(np.int32))
+
+
+def _exponent(biased: Any, dtype: str) -> Any:
+    """The float32 whose exponent field is ``biased`` and whose mantissa is 0 (2^(biased - 127)
+    for 0 < biased < 255)."""
     from tvm import tirx
 
-    return tirx.reinterpret(dtype, tirx.shift_left(n + tirx.const(127, "int32"), tirx.const(23, "int32")))
+    return tirx.reinterpret(dtype, tirx.shift_left(biased, tirx.const(23, "int32")))
 
 
 def lower_erf(call: Any) -> Any:
