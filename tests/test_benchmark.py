@@ -268,10 +268,96 @@ def test_the_operators_page_takes_a_metaschedule_run_that_ran_out_of_schedules_a
     (tmp_path / "run.json").write_text(json.dumps({"command": "nni-opevo operators", "started": "a", "ended": "b",
                                                    "machine": "here", "budget": 64, "seeds": 2}))
     page = operators.readme(tmp_path)
-    assert "| mse_loss | 64.0 | 6.0 (4.0-8.0) | none here | - | - |" in page
+    assert "| mse_loss | 64.0 | 6.0 (4.0-8.0) | - | - | - |" in page  # not compared with its library yet
     assert "MetaSchedule on `mse_loss` ran out of schedules to measure: its search ended after 4, 4 trials (of 64)" \
         in page
     assert "MetaSchedule on `softmax`" not in page
+
+
+def _admitted_configurations(spec: str, count: int) -> list[dict]:
+    """The first ``count`` configurations of ``spec``'s CPU space that its template admits."""
+    import numpy as np
+
+    from nni_opevo.space import SearchSpace
+    from trial_code import targets
+    from trial_code.templates import Infeasible, for_workload
+    from trial_code.workloads import named_or_operator
+
+    workload = named_or_operator(spec)
+    template = for_workload(workload)
+    space, rng, found = SearchSpace(template.space(workload, "llvm")), np.random.default_rng(0), []
+    while len(found) < count:
+        params = space.to_trial(space.sample(rng))
+        try:
+            template.check(workload, params, targets.cpu())
+        except Infeasible:
+            continue
+        found.append(params)
+    return found
+
+
+def _opevo_rows(path, spec: str, configurations: list[dict], tflops: list[float]) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, restval="")
+        writer.writeheader()
+        for index, (configuration, value) in enumerate(zip(configurations, tflops)):
+            writer.writerow({"objective": "live", "workload": spec, "target": "llvm", "tuner": "opevo", "seed": 0,
+                             "index": index, "tflops": value, "status": "NO_ERROR",
+                             "configuration": json.dumps(configuration)})
+
+
+@pytest.mark.slow(seconds=20)
+def test_the_operators_page_sets_the_fastest_kernel_against_its_library_in_one_process(tmp_path):
+    """The fastest OpEvo configuration is rebuilt as an export builds it and timed with NumPy's
+    matmul round after round (``anchor.compare``); the page shows that comparison's library speed
+    and ratio, or says the machine was busy."""
+    from nni_opevo_bench import operators
+    from trial_code import anchor, targets
+    from trial_code.evaluate import Limits
+
+    spec = "examples.operators:matmul"
+    slower, fastest = _admitted_configurations(spec, 2)
+    _opevo_rows(tmp_path / "trials.csv", spec, [slower, fastest], [0.01, 0.02])
+    operators.compare_with_libraries(tmp_path, 64, targets.cpu(), Limits())
+    entry = json.loads((tmp_path / "library.json").read_text())[spec]
+    assert entry["configuration"] == fastest and (tmp_path / "kernels" / "matmul.so").exists()
+    comparison = anchor.Comparison.from_json(entry["comparison"])
+    assert comparison.library.startswith("NumPy") and len(comparison.kernel_s) == len(comparison.library_s) \
+        == anchor.ROUNDS and min(comparison.kernel_s + comparison.library_s) > 0
+    line = next(line for line in operators.readme(tmp_path).splitlines() if line.startswith("| matmul |"))
+    ratio = "busy" if comparison.busy else f"{comparison.ratio:.2f}x"
+    assert line.endswith(f"| {comparison.library} | {comparison.vendor_tflops * 1e3:.1f} | {ratio} |")
+
+
+def test_a_library_comparison_is_kept_for_the_same_kernel_and_tried_again_when_busy(tmp_path, monkeypatch):
+    """The command run again compares only what changed: a new fastest configuration, or one
+    whose comparison was too busy for a ratio; the page tells each kind of entry apart."""
+    from nni_opevo_bench import operators
+    from trial_code import anchor, targets
+    from trial_code.evaluate import Limits
+
+    spec, other = "examples.operators:matmul", "examples.operators:softmax"
+    configuration = {"tile_i": [1, 1, 256]}
+    _opevo_rows(tmp_path / "trials.csv", spec, [configuration], [0.01])
+    idle = {"library": "NumPy (OpenBLAS)", "flops": 2e9, "kernel_s": [0.01] * 7, "library_s": [0.02] * 7}
+    busy = {**idle, "kernel_s": [0.01, 0.01, 0.01, 0.02, 0.02, 0.02, 0.02]}
+    compared = []
+    monkeypatch.setattr(operators, "_compare", lambda s, c, *_: compared.append(s) or {"configuration": c,
+                                                                                        "comparison": idle})
+    for stored, again in [(idle, False), (busy, True)]:
+        compared.clear()
+        (tmp_path / "library.json").write_text(json.dumps({spec: {"configuration": configuration,
+                                                                  "comparison": stored}}))
+        operators.compare_with_libraries(tmp_path, 64, targets.cpu(), Limits())
+        assert compared == ([spec] if again else [])  # softmax has no rows: nothing to compare
+    assert anchor.Comparison.from_json(busy).busy and not anchor.Comparison.from_json(idle).busy
+    (tmp_path / "library.json").write_text(json.dumps({
+        spec: {"configuration": configuration, "comparison": busy},
+        other: {"configuration": configuration, "error": "BUILD_ERROR: no such loop"}}))
+    page = operators.readme(tmp_path)
+    assert "| NumPy (OpenBLAS) | 100.0 | busy |" in page and "| - | - | not rebuilt here (BUILD_ERROR) |" in page
+    (tmp_path / "library.json").write_text(json.dumps({spec: {"configuration": configuration, "comparison": idle}}))
+    assert "| NumPy (OpenBLAS) | 100.0 | 2.00x |" in operators.readme(tmp_path)
 
 
 def test_a_metaschedule_run_that_ran_out_of_schedules_is_not_run_again(tmp_path, monkeypatch):
