@@ -501,6 +501,35 @@ def test_while_nothing_has_run_the_search_steps_out_from_the_origin():
     assert set(steps) <= near and len(set(steps)) == 5
 
 
+def test_past_the_origins_neighbours_the_search_steps_out_from_a_trial_still_in_flight():
+    """Eight in flight and nothing has run: the failures came back while the origin and one
+    random draw are still out (a kernel that runs takes longer than one that cannot launch).
+    Once every neighbour of the origin is measured, the next proposals are neighbours of the
+    oldest of the others in flight, not uniform draws (7 of the 120 configurations are one)."""
+    space = {"size": {"_type": "discrete", "_value": [8, 16, 32, 64, 128]},
+             "c": {"_type": "choice", "_value": list("abcdef")}, "tile": {"_type": "discrete", "_value": [1, 2, 4, 8]}}
+    tuner = OpEvoTuner(seed=1)
+    tuner.update_search_space(space)
+    first = [tuner.generate_parameters(i) for i in range(8)]
+    kept = 3
+    for i in range(8):
+        if i not in (0, kept):
+            tuner.receive_trial_result(i, first[i], 0.0)
+    identity = tuner.space.identity
+
+    def ring(params):
+        return {identity(c) for c in tuner.space.neighbours(tuner.space.from_trial(params), kind="scaled")}
+
+    around_origin, around_kept = ring(first[0]) - {identity(tuner.space.from_trial(p)) for p in first}, ring(first[kept])
+    steps = []
+    for i in range(8, 8 + len(around_origin) + 3):
+        params = tuner.generate_parameters(i)
+        steps.append(identity(tuner.space.from_trial(params)))
+        tuner.receive_trial_result(i, params, 0.0)
+    assert set(steps[:len(around_origin)]) == around_origin
+    assert set(steps[len(around_origin):]) <= around_kept
+
+
 def test_the_best_configurations_whole_neighbourhood_is_screened_and_bounded():
     """Beside its bred children, a screened proposal ranks every neighbour of the epoch's best;
     a neighbourhood too large to list (a choice of many options) is sampled instead."""

@@ -30,9 +30,9 @@ brute-forced tuning spaces (docs/tuners.md; the chosen values: ``settings``).
   one size doubled and another halved (the ``diagonal`` neighbourhood of
   ``SearchSpace.neighbours``): the hardware's limits bind on products of sizes (threads per
   block, a tile's area), so fast kernels lie along ridges that no step in one size can follow.
-* **Toward a kernel.** While nothing of the first epoch has run (no constraint, and the
-  failures of the random start came back before any kernel did), a proposal is a neighbour of
-  the origin rather than a uniform draw (``toward_a_kernel``).
+* **Toward a kernel.** While nothing of the epoch has run (no constraint, and the failures of
+  the random start came back before any kernel did), a proposal is a neighbour of the origin
+  or of a configuration still in flight rather than a uniform draw (``toward_a_kernel``).
 * **Kin.** Inside a network (the network tuner with ``transfer``), the surrogate also learns
   from the other layers of the same template, screens half of the random start with what they
   measured (a layer's ten or twenty trials need not start blind, and the other half keeps the
@@ -218,17 +218,21 @@ class Screened(Variant):
         return self.most_promising(candidates) if candidates else space.sample(rng)
 
     def toward_a_kernel(self) -> Config:
-        """A proposal while nothing of the epoch has run: in the first epoch, an unmeasured
-        neighbour of the origin (``ring``), drawn at random; else, or with every neighbour
-        measured or in flight, a uniform draw. Without a constraint most of a tiled space
-        cannot run, and with trials in flight the failures come back first (they fail before
-        any kernel is timed): uniform draws meanwhile are mostly more failures, while one
-        knob away from the configuration most likely to run, most configurations run
-        (docs/decisions.md)."""
-        space, _ = self.host.require_space()
+        """A proposal while nothing of the epoch has run: an unmeasured neighbour (``ring``),
+        drawn at random, of the first configuration not known to fail that has one: in the first
+        epoch the origin, then the configurations in flight, oldest first; with none, a uniform
+        draw. Without a constraint most of a tiled space cannot run, and with trials in flight
+        the failures come back first (they fail before any kernel is timed): uniform draws
+        meanwhile are mostly more failures, each an evaluation spent, while one knob away from
+        a configuration that runs, most configurations run (a space's restrictions rule out
+        regions, not scattered points). A trial still in flight while later ones failed is
+        likely running: the oldest has been out longest (docs/decisions.md)."""
+        space, population = self.host.require_space()
         rng = self.host.rng
-        if self.epochs == 1:
-            near = self.host.fresh(self.ring(space.origin()), learn=False)
+        sources = [space.origin()] if self.epochs == 1 else []
+        sources += [population.records[population.ids[pid]].config for pid in sorted(population.in_flight)]
+        for source in sources:
+            near = self.host.fresh(self.ring(source), learn=False)
             if near:
                 return near[int(rng.integers(len(near)))]
         return space.sample(rng)
