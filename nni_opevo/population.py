@@ -67,6 +67,11 @@ class Population:
         """The top-k evaluated configurations with their eq. 2 weights."""
         return [(self.records[key].config, self.weight(key)) for _, _, key in self._ranked[:k]]
 
+    def in_flight_configs(self) -> list[Config]:
+        """The configurations of the trials in flight, oldest first (by parameter id, which NNI
+        hands out in proposal order)."""
+        return [self.records[self.ids[pid]].config for pid in sorted(self.in_flight)]
+
     def best(self) -> tuple[Config, float | None] | None:
         if not self._ranked:
             return None

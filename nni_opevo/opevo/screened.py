@@ -230,7 +230,7 @@ class Screened(Variant):
         space, population = self.host.require_space()
         rng = self.host.rng
         sources = [space.origin()] if self.epochs == 1 else []
-        sources += [population.records[population.ids[pid]].config for pid in sorted(population.in_flight)]
+        sources += population.in_flight_configs()
         for source in sources:
             near = self.host.fresh(self.ring(source), learn=False)
             if near:
