@@ -1,13 +1,15 @@
 """Create an NNI 3.0 experiment and read it: live through its REST API, or from its own database file.
 
 Results are matched to configurations by the parameter id of each FINAL metric: NNI 3.0 may
-attach hyper-parameters to the wrong trial job in its listings and events (microsoft/nni#5726),
-but a metric's parameter id, and the id inside each hyper-parameter record, are the ones that
-ran. Both sources hold the same records, so one ``Ranking`` reads either.
+attach hyper-parameters to the wrong trial job in its listings and events (microsoft/nni#5726:
+of two trials started together, each job's record names the other's parameters), but a
+metric's parameter id, and the id inside each hyper-parameter record, are the ones that ran.
+Both sources hold the same records, so one ``Ranking`` reads either.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sqlite3
@@ -101,54 +103,95 @@ class Trial(NamedTuple):
 class Ranking(ABC):
     """Matching parameters to results, shared by both sources; they supply the raw records.
 
-    A trial is matched by its trial job, not its parameter id: after a dispatcher crash and
-    ``nnictl resume``, NNI hands some parameter ids out a second time, and by id the later
-    trials would hide the earlier ones. A record that cannot be read (a cut or garbled row of a
-    damaged database) is skipped and counted in ``skipped``."""
+    A result takes the parameters of the record with its own parameter id, never those of the
+    record its trial job carries, which NNI may have swapped with another job's. After a
+    dispatcher crash and ``nnictl resume``, NNI hands some parameter ids out a second time: of
+    the records of one id, a result takes the newest made before it, else (records without
+    times) the one of its own job; every result keeps a row of its own, so the later trials of a
+    reused id do not hide the earlier ones. A record that cannot be read (a cut or garbled row
+    of a damaged database) is skipped and counted in ``skipped``."""
 
     skipped = 0
 
     @abstractmethod
-    def parameter_records(self) -> Iterable[tuple[str, str]]:
-        """(trial job, record) of every hyper-parameter record (JSON with ``parameter_id`` and ``parameters``)."""
+    def parameter_records(self) -> Iterable[tuple[str, str, float | None]]:
+        """(trial job, record, milliseconds or None) of every hyper-parameter record (JSON with
+        ``parameter_id`` and ``parameters``), with when NNI made it where the source says."""
 
     @abstractmethod
-    def final_metrics(self) -> Iterable[tuple[str, str, str]]:
-        """(trial job, parameter id, data) of every FINAL metric, data as NNI stores it (JSON of a JSON string)."""
+    def final_metrics(self) -> Iterable[tuple[str, str, str, float | None]]:
+        """(trial job, parameter id, data, milliseconds or None) of every FINAL metric, data as NNI
+        stores it (JSON of a JSON string)."""
 
-    def _jobs(self) -> dict[str, tuple[int, dict[str, Any]]]:
-        out = {}
-        for job, text in self.parameter_records():
+    def _records(self) -> dict[int, list[Record]]:
+        """parameter id -> its hyper-parameter records, oldest first."""
+        out: dict[int, list[Record]] = {}
+        for job, text, made in self.parameter_records():
             try:
                 record = json.loads(text)
-                out[job] = (int(record["parameter_id"]), dict(record["parameters"]))
+                out.setdefault(int(record["parameter_id"]), []).append(
+                    Record(job, dict(record["parameters"]), made))
             except (ValueError, TypeError, KeyError):
                 self.skipped += 1
+        for records in out.values():
+            records.sort(key=lambda r: -math.inf if r.made is None else r.made)
         return out
 
-    def _finals(self) -> dict[str, tuple[int, Any]]:
-        out = {}
-        for job, pid, data in self.final_metrics():
+    def _finals(self) -> list[Final]:
+        out = []
+        for job, pid, data, made in self.final_metrics():
             try:
-                out[job] = (int(pid), json.loads(json.loads(data)))
+                out.append(Final(job, int(pid), json.loads(json.loads(data)), made))
             except (ValueError, TypeError):
                 self.skipped += 1
         return out
 
     def parameters(self) -> dict[int, dict[str, Any]]:
         """parameter id -> the parameters the tuner generated for it (the latest, for a reused id)."""
-        return {pid: params for pid, params in self._jobs().values()}
+        return {pid: records[-1].parameters for pid, records in self._records().items()}
 
     def results(self) -> dict[int, Any]:
         """parameter id -> the final result its trial reported (the latest, for a reused id)."""
-        return {pid: result for pid, result in self._finals().values()}
+        return {final.parameter_id: final.result for final in self._finals()}
 
     def ranked(self) -> list[Trial]:
         """Every reported trial, highest 'default' (TFLOPS) first."""
-        jobs, finals = self._jobs(), self._finals()
-        rows = [Trial(_default(result), pid, jobs[job][1], result, job) for job, (pid, result) in finals.items()
-                if job in jobs]
+        records = self._records()
+        rows = []
+        for final in self._finals():
+            record = _record_of(records.get(final.parameter_id, []), final)
+            if record is not None:
+                rows.append(Trial(_default(final.result), final.parameter_id, record.parameters, final.result,
+                                  final.job))
         return sorted(rows, key=lambda row: -row.value)
+
+
+class Record(NamedTuple):
+    """A hyper-parameter record: the job NNI attached it to, its parameters, when it was made."""
+    job: str
+    parameters: dict[str, Any]
+    made: float | None
+
+
+class Final(NamedTuple):
+    """A FINAL metric: the job that reported it, the parameter id it ran, its result, when."""
+    job: str
+    parameter_id: int
+    result: Any
+    made: float | None
+
+
+def _record_of(records: list[Record], final: Final) -> Record | None:
+    """Which of one parameter id's records (oldest first) ``final`` ran: the only one; else the
+    newest made before it; else, where the times are missing, the one of its own job; else the newest."""
+    if len(records) <= 1:
+        return records[0] if records else None
+    if final.made is not None:
+        before = [r for r in records if r.made is not None and r.made <= final.made]
+        if before:
+            return before[-1]
+    own = [r for r in records if r.job == final.job]
+    return (own or records)[-1]
 
 
 class ExperimentClient(Ranking):
@@ -173,14 +216,14 @@ class ExperimentClient(Ranking):
         turns DONE): it has finished once no trial is left running."""
         return status["status"] in ENDED or (status["status"] in NO_MORE and not self.running_trials())
 
-    def parameter_records(self) -> Iterable[tuple[str, str]]:
+    def parameter_records(self) -> Iterable[tuple[str, str, float | None]]:
         for trial in self.get("trial-jobs"):
             for record in trial.get("hyperParameters", []):
-                yield trial.get("trialJobId", ""), record
+                yield trial.get("trialJobId", ""), record, _milliseconds(trial.get("startTime"))
 
-    def final_metrics(self) -> Iterable[tuple[str, str, str]]:
-        return [(m.get("trialJobId", ""), m["parameterId"], m["data"]) for m in self.get("metric-data")
-                if m["type"] == "FINAL"]
+    def final_metrics(self) -> Iterable[tuple[str, str, str, float | None]]:
+        return [(m.get("trialJobId", ""), m["parameterId"], m["data"], _milliseconds(m.get("timestamp")))
+                for m in self.get("metric-data") if m["type"] == "FINAL"]
 
 
 class ExperimentDatabase(Ranking):
@@ -215,13 +258,15 @@ class ExperimentDatabase(Ranking):
             raise ValueError(f"experiment {self.folder}: its profile names no trialCommand")
         return profile
 
-    def parameter_records(self) -> Iterable[tuple[str, str]]:
-        rows = self._query("SELECT trialJobId, data FROM TrialJobEvent WHERE event IN ('WAITING', 'RUNNING') "
-                           "AND data IS NOT NULL")
-        return [(job, data) for job, data in rows if isinstance(data, str) and '"parameter_id"' in data]
+    def parameter_records(self) -> Iterable[tuple[str, str, float | None]]:
+        rows = self._query("SELECT trialJobId, data, timestamp FROM TrialJobEvent "
+                           "WHERE event IN ('WAITING', 'RUNNING') AND data IS NOT NULL")
+        return [(job, data, _milliseconds(made)) for job, data, made in rows
+                if isinstance(data, str) and '"parameter_id"' in data]
 
-    def final_metrics(self) -> Iterable[tuple[str, str, str]]:
-        return self._query("SELECT trialJobId, parameterId, data FROM MetricData WHERE type = 'FINAL'")
+    def final_metrics(self) -> Iterable[tuple[str, str, str, float | None]]:
+        rows = self._query("SELECT trialJobId, parameterId, data, timestamp FROM MetricData WHERE type = 'FINAL'")
+        return [(job, pid, data, _milliseconds(made)) for job, pid, data, made in rows]
 
     def trial_spans(self) -> list[tuple[float, float]]:
         """(start, end) in seconds of each trial that ran to an end, from NNI's records of its
@@ -235,6 +280,11 @@ class ExperimentDatabase(Ranking):
             elif event in FINAL_EVENTS and span[0] is not None and span[1] is None:
                 span[1] = milliseconds / 1e3
         return [(start, end) for start, end in spans.values() if start is not None and end is not None]
+
+
+def _milliseconds(value: Any) -> float | None:
+    """A record's time as NNI stores it (milliseconds since the epoch), or None where it is missing."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _default(result: Any) -> float:

@@ -834,22 +834,62 @@ def test_loading_a_damaged_export_is_one_value_error_naming_the_file(export_once
     assert str(folder) in found.stdout and len(found.stdout.strip().splitlines()) == 1
 
 
-def test_trials_of_reused_parameter_ids_all_rank(tmp_path):
+@pytest.mark.parametrize("timed", [True, False], ids=["timed", "untimed"])
+def test_trials_of_reused_parameter_ids_all_rank(tmp_path, timed):
     """After a dispatcher crash and ``nnictl resume``, NNI hands parameter ids 1-3 out again to
-    new trial jobs: every trial is ranked, matched by its job (before: 17 of 20 by id)."""
+    new trial jobs: every trial is ranked (by id alone, 3 of 51 would hide), each with the
+    parameters it ran: the record of its id made last before its result, or, in records
+    without times, the record of its own job."""
     from nni_opevo_tools.experiment_client import ExperimentDatabase
 
+    resumed = {**PARAMS, "tile_k": [32, 8]}
+
     def resume(db):
+        (later,) = db.execute("SELECT max(timestamp) + 1000 FROM TrialJobEvent").fetchone()
         for job, pid in (("re1", 1), ("re2", 2), ("re3", 3)):
             data = json.dumps({"parameter_id": pid, "parameter_source": "algorithm",
-                               "parameters": {**PARAMS, "tile_k": [32, 8]}, "parameter_index": 0})
-            db.execute("INSERT INTO TrialJobEvent (trialJobId, event, data) VALUES (?, 'WAITING', ?)", (job, data))
-            db.execute("INSERT INTO MetricData (trialJobId, parameterId, type, sequence, data) VALUES (?, ?, 'FINAL', 0, ?)",
-                       (job, str(pid), json.dumps(json.dumps({"default": 0.5 + pid}))))
+                               "parameters": resumed, "parameter_index": 0})
+            made = later + 10 * pid if timed else None
+            db.execute("INSERT INTO TrialJobEvent (timestamp, trialJobId, event, data) VALUES (?, ?, 'WAITING', ?)",
+                       (made, job, data))
+            db.execute("INSERT INTO MetricData (timestamp, trialJobId, parameterId, type, sequence, data) "
+                       "VALUES (?, ?, ?, 'FINAL', 0, ?)",
+                       (made and made + 5, job, str(pid), json.dumps(json.dumps({"default": 0.5 + pid}))))
 
-    ranked = ExperimentDatabase(str(_experiment(tmp_path, resume))).ranked()
+    folder = _experiment(tmp_path)
+    first = {t.trial_job: t.parameters for t in ExperimentDatabase(str(folder)).ranked()}
+    _experiment(tmp_path / "resumed", resume)
+    ranked = ExperimentDatabase(str(tmp_path / "resumed" / "exp")).ranked()
     assert len(ranked) == 48 + 3 and len({t.trial_job for t in ranked}) == 51
-    assert [t.parameter_id for t in ranked[:3]] == [3, 2, 1]
+    assert [(t.parameter_id, t.trial_job) for t in ranked[:3]] == [(3, "re3"), (2, "re2"), (1, "re1")]
+    assert all(t.parameters == resumed for t in ranked[:3])
+    assert all(t.parameters == first[t.trial_job] for t in ranked[3:])
+
+
+def test_each_result_takes_the_parameters_of_its_own_parameter_id_where_nni_swapped_the_jobs(tmp_path):
+    """In the quickstart's real database NNI 3.0 attached parameter 1's record to the job that ran
+    parameter 0 and 0's to the one that ran 1 (microsoft/nni#5726; two trials started 8 ms apart).
+    Each result is ranked with the parameters of the id it reported: matched by job, the export had
+    re-measured and shipped another trial's configuration under the fastest one's TFLOPS."""
+    import sqlite3
+
+    from nni_opevo_tools.experiment_client import ExperimentDatabase
+
+    folder = _experiment(tmp_path)
+    with sqlite3.connect(folder / "db" / "nni.sqlite") as db:
+        carried = {job: json.loads(data) for job, data in db.execute(
+            "SELECT trialJobId, data FROM TrialJobEvent WHERE event = 'RUNNING' AND data IS NOT NULL")}
+        reported = dict(db.execute("SELECT trialJobId, CAST(parameterId AS INTEGER) FROM MetricData "
+                                   "WHERE type = 'FINAL'"))
+    swapped = sorted(job for job in reported if carried[job]["parameter_id"] != reported[job])
+    assert swapped == ["gbMze", "yaziM"]  # the database as NNI wrote it
+    generated = {record["parameter_id"]: record["parameters"] for record in carried.values()}
+    ranked = ExperimentDatabase(str(folder)).ranked()
+    assert len(ranked) == 48
+    assert all(t.parameters == generated[t.parameter_id] for t in ranked)
+    by_job = {t.trial_job: t for t in ranked}
+    assert [by_job[job].parameter_id for job in swapped] == [0, 1]
+    assert by_job["gbMze"].parameters == carried["yaziM"]["parameters"] != carried["gbMze"]["parameters"]
 
 
 NESTED_TWO_DEEP = {"top": {"_type": "choice", "_value": [

@@ -102,10 +102,11 @@ class Trials(Ranking):
         self.trials = trials
 
     def parameter_records(self):
-        return [(f"job{i}", json.dumps({"parameter_id": i, "parameters": p})) for i, (p, _) in enumerate(self.trials)]
+        return [(f"job{i}", json.dumps({"parameter_id": i, "parameters": p}), None)
+                for i, (p, _) in enumerate(self.trials)]
 
     def final_metrics(self):
-        return [(f"job{i}", str(i), json.dumps(json.dumps(r))) for i, (_, r) in enumerate(self.trials)]
+        return [(f"job{i}", str(i), json.dumps(json.dumps(r)), None) for i, (_, r) in enumerate(self.trials)]
 
 
 def test_a_network_built_whole_for_a_gpu_fills_shared_memory_as_its_tuned_layers_did(tiny):
