@@ -597,6 +597,27 @@ def test_a_kernel_that_disagrees_with_the_reference_fails_as_a_wrong_answer(tmp_
     assert result.status.name == "WRONG_ANSWER" and "reference" in result.error
 
 
+def test_an_argument_only_the_reference_reads_gets_a_reference_of_its_own(tmp_path, monkeypatch):
+    """The inputs and reference are cached by the computation's digest: an argument that changes
+    the reference but not the TIR (a factor the kernel leaves to the user) keys a cache entry of
+    its own, so the trial with the right factor passes where the wrong one failed."""
+    (tmp_path / "scaled.py").write_text(textwrap.dedent("""
+        from tvm import te
+        from trial_code.operators import Operator
+        def double(n=256, factor=3):
+            x = te.placeholder((n,), "float32", name="X")
+            return Operator([x], te.compute((n,), lambda i: x[i] * 2, name="Y"), flops=n,
+                            reference=lambda x: x * factor)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    wrong, right = (workloads.make("operator", operator="scaled:double", factor=f) for f in (3, 2))
+    assert for_workload(wrong).identity(wrong) != for_workload(right).identity(right)
+    params, _ = constraint.draw(wrong, targets.cpu(), 0)
+    statuses = [evaluate(w, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1)).status.name for w in (wrong, right)]
+    assert statuses == ["WRONG_ANSWER", "NO_ERROR"]
+
+
 @pytest.mark.slow(seconds=5)
 @NEEDS_NVCC
 @pytest.mark.parametrize("name", list(SMALL))

@@ -154,7 +154,8 @@ class Structure:
     """An element-wise stage that several stages read (softmax's exponentials): on the CPU the
     ``compute_once`` knob computes it once into a buffer (1) or inlines it into each reader (0)."""
     identity: str
-    """A digest of the computation (its TIR) and its reference's source: the inputs' cache key."""
+    """A digest of the computation (its TIR), its reference's source and the shape's arguments
+    (which the reference may read without the TIR showing them): the inputs' cache key."""
     total: bool = False
     """A reduction to a single value (no spatial axis longer than 1): scheduled in partial
     results (``totals``)."""
@@ -407,7 +408,7 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
         reference_source = inspect.getsource(reference) if reference is not None else ""
     except (OSError, TypeError):
         reference_source = repr(reference)
-    identity = hashlib.sha256((function.script() + reference_source).encode()).hexdigest()[:24]
+    identity = hashlib.sha256((function.script() + reference_source + repr(key)).encode()).hexdigest()[:24]
     if total:
         return Structure(tuple(axes), (), False, 0, 0, (), (), False, identity, total=True)
     row_extents = [a.extent for a in axes if not a.reduction]
