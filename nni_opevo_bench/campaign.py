@@ -175,18 +175,45 @@ TRIALS_PER_MINUTE = 62.0
 
 def stage_minutes(state: dict[str, Any] | None = None, out: Path | None = None) -> dict[str, float]:
     """The real campaign's stages and comparison steps with their estimated minutes on an H100;
-    with a folder's ``state``, only those it has still to do (of the goals, the runs not done; of
-    the pursuit, the runs ``out`` holds short of their goal, each carried on to the most)."""
+    with a folder's ``state``, only those it has still to do (of a stage whose scope has grown, the
+    new items' share; of the goals, the runs not done; of the pursuit, the runs ``out`` holds
+    short of their goal, each carried on to the most)."""
     state = state or {}
-    complete = {stage for stage, record in state.get("stages", {}).items() if record.get("complete")}
+    left = {stage: _share_left(state.get("stages", {}).get(stage, {}), stage) for stage in STAGES}
     goals = sum(GOAL_MINUTES[step.workloads[0]] for step in REAL.goals if step.name not in state.get("goals_steps", []))
     pursuit = sum(GOAL_MINUTES[step.workloads[0]] * REAL.pursuit[0] / 128
                   for step in pursuit_steps(REAL, out, state.get("pursuit_steps", [])))
     minutes = {**STAGE_MINUTES, "goals": goals, "pursuit": pursuit}
-    stages = {stage: minutes[stage] for stage in STAGES if stage in minutes and stage not in complete}
+    # The goals and the pursuit count the runs left themselves; the other stages, their share left.
+    stages = {stage: minutes[stage] * (1.0 if stage in ("goals", "pursuit") else left[stage])
+              for stage in STAGES if stage in minutes and left[stage] > 0}
     steps = {f"comparison {step.name}": step.trials / TRIALS_PER_MINUTE for step in REAL.steps
              if step.name not in state.get("comparison_steps", [])}
     return {**stages, **steps}
+
+
+def scope(scale: Scale, stage: str) -> list[str]:
+    """What a stage covers at ``scale``. A complete stage whose scope has grown since (a workload
+    added to the correctness checks) runs again, and finds only the new items to do: each stage
+    skips what its rows hold already."""
+    steps = {"goals": scale.goals, "operators": scale.operators, "comparison": scale.steps}
+    if stage in steps:
+        return [step.name for step in steps[stage]]
+    return {"anchors": list(scale.anchors), "correctness": [*scale.correctness, f"{scale.admitted}+{scale.probes}"],
+            "pursuit": [*(step.name for step in scale.goals), "+{}/{}".format(*scale.pursuit)],
+            "throughput": [str(scale.throughput)], "knobs": [*scale.knobs, str(scale.knob_tiles)],
+            "ceiling": [*scale.ceiling, str(scale.ceiling_tiles)]}[stage]
+
+
+def _share_left(record: dict[str, Any], stage: str) -> float:
+    """How much of ``stage`` a call still has to do, as ``Campaign.run`` decides: none where it
+    completed with today's scope; where its scope has grown since, the share of today's items it
+    did not cover (a stage of an older campaign without a recorded scope, all of it); else all."""
+    now = scope(REAL, stage)
+    if not record.get("complete"):
+        return 1.0
+    covered = set(record.get("scope", []))
+    return sum(item not in covered for item in now) / len(now)
 
 
 class FolderInUse(SystemExit):
@@ -245,17 +272,7 @@ class Campaign:
         write_readme(self.out)
 
     def scope(self, stage: str) -> list[str]:
-        """What a stage covers at this scale. A complete stage whose scope has grown since (a
-        workload added to the correctness checks) runs again, and finds only the new items to do:
-        each stage skips what its rows hold already."""
-        scale = self.scale
-        steps = {"goals": scale.goals, "operators": scale.operators, "comparison": scale.steps}
-        if stage in steps:
-            return [step.name for step in steps[stage]]
-        return {"anchors": list(scale.anchors), "correctness": [*scale.correctness, f"{scale.admitted}+{scale.probes}"],
-                "pursuit": [*(step.name for step in scale.goals), "+{}/{}".format(*scale.pursuit)],
-                "throughput": [str(scale.throughput)], "knobs": [*scale.knobs, str(scale.knob_tiles)],
-                "ceiling": [*scale.ceiling, str(scale.ceiling_tiles)]}[stage]
+        return scope(self.scale, stage)
 
     # -- anchors -----------------------------------------------------------------------------
     def anchors(self) -> bool:

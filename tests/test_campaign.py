@@ -286,10 +286,31 @@ def test_too_little_device_time_plans_no_call():
 
 
 def test_the_plan_of_a_resumed_campaign_skips_what_is_done():
-    state = {"stages": {stage: {"complete": True} for stage in campaign.STAGES if stage != "comparison"},
+    state = {"stages": {stage: {"complete": True, "scope": campaign.scope(campaign.REAL, stage)}
+                        for stage in campaign.STAGES if stage != "comparison"},
              "comparison_steps": [campaign.REAL.steps[0].name]}
     calls = campaign_calls.plan(1800, campaign.stage_minutes(state))
     assert calls[1].reaches.startswith(f"comparison {campaign.REAL.steps[1].name}")
+
+
+def test_the_plan_counts_the_new_items_of_a_stage_whose_scope_has_grown():
+    """A campaign whose correctness and operators stages completed before a user's operator was
+    added to the examples: a call runs those stages again for the new operator (``Campaign.run``),
+    so the plan counts that operator's share of each, and a stage completed without a recorded
+    scope whole."""
+    added = campaign.REAL.operators[-1].workloads[0]
+    older = {stage: [item for item in campaign.scope(campaign.REAL, stage) if added not in item]
+             for stage in ("correctness", "operators")}
+    state = {"stages": {**{stage: {"complete": True, "scope": campaign.scope(campaign.REAL, stage)}
+                           for stage in campaign.STAGES if stage != "comparison"},
+                        **{stage: {"complete": True, "scope": items} for stage, items in older.items()},
+                        "knobs": {"complete": True}}}
+    minutes = campaign.stage_minutes(state)
+    assert list(minutes)[:3] == ["correctness", "knobs", "operators"]
+    assert minutes["correctness"] == pytest.approx(campaign.STAGE_MINUTES["correctness"] / len(
+        campaign.scope(campaign.REAL, "correctness")))
+    assert minutes["operators"] == pytest.approx(campaign.OPERATOR_MINUTES)
+    assert minutes["knobs"] == campaign.STAGE_MINUTES["knobs"]
 
 
 def test_the_plan_counts_only_the_goal_runs_left():
