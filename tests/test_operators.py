@@ -22,7 +22,7 @@ from nni_experiment import free_port, launched_id, stop_in_background
 
 from nni_opevo_tools import best as best_json
 from nni_opevo_tools import launch
-from trial_code import constraint, kernel, operators, targets, workloads
+from trial_code import constraint, kernel, operators, precision, targets, workloads
 from trial_code.evaluate import Limits, evaluate
 from trial_code.templates import DerivedTemplate, Infeasible, for_workload
 
@@ -32,6 +32,7 @@ NEEDS_NVCC = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the 
 pytestmark = pytest.mark.usefixtures("forked_workers")
 SMALL = {  # each example at a shape whose trials take a fraction of a second
     "matmul": {"n": 64, "k": 64, "m": 64},
+    "matmul_fp16": {"n": 64, "k": 64, "m": 64},
     "depthwise_conv2d": {"channels": 8, "height": 16, "width": 16},
     "matmul_bias_gelu": {"n": 32, "k": 64, "m": 64},
     "softmax": {"rows": 64, "cols": 128},
@@ -683,18 +684,18 @@ MODULES = {
             x = te.placeholder((n,), "float32", name="X")
             return Operator([x], x, flops=n)
     """),
-    "float64": textwrap.dedent("""
+    "unsigned32": textwrap.dedent("""
         from tvm import te
         from trial_code.operators import Operator
-        def op(n=4):
-            x = te.placeholder((n,), "float64", name="X")
+        def op(n=4, dtype="uint32"):
+            x = te.placeholder((n,), dtype, name="X")
             return Operator([x], te.compute((n,), lambda i: x[i] * 2, name="Y"), flops=n)
     """),
     "huge": textwrap.dedent("""
         from tvm import te
         from trial_code.operators import Operator
-        def op(n=4):
-            x = te.placeholder((n, n), "float32", name="X")
+        def op(n=4, dtype="float32"):
+            x = te.placeholder((n, n), dtype, name="X")
             return Operator([x], te.compute((n, n), lambda i, j: x[j, i], name="Y"), flops=n * n)
     """),
 }
@@ -705,8 +706,10 @@ CASES = [
     ("no_compute:op", {}, "returned NoneType, not trial_code.operators.Operator"),
     ("no_compute:op", {"bogus": 3}, "the shape arguments ['bogus'] do not fit its parameters"),
     ("placeholder_output:op", {}, "the output must be a te.compute, not an input"),
-    ("float64:op", {}, "tensor X is float64; only float32 tensors are supported"),
+    ("unsigned32:op", {}, "tensor X is uint32; its tensors may be float16, bfloat16, float32, float64, int8, uint8, "
+                        "int16, int32, int64"),
     ("huge:op", {"n": 40000}, "its inputs and output take 11.9 GiB; at most 4 GiB"),
+    ("huge:op", {"n": 30000, "dtype": "float64"}, "its inputs and output take 13.4 GiB; at most 4 GiB"),
 ]
 
 
@@ -800,9 +803,11 @@ def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
                 os.chdir(cwd)
             op = getattr(myops, name)(**SMALL[name])
             rng = np.random.default_rng(1)
-            inputs = [rng.random(tuple(int(d) for d in t.shape), dtype=np.float32) for t in op.inputs]
+            inputs = [rng.random(tuple(int(d) for d in t.shape), dtype=np.float32).astype(str(t.dtype))
+                      for t in op.inputs]
             expected = op.reference(*(x.astype(np.float64) for x in inputs))
-            np.testing.assert_allclose(loaded(*inputs), expected, rtol=1e-3, atol=1e-4)
+            allowed = precision.tolerance([*op.inputs, op.output]).relative
+            np.testing.assert_allclose(loaded(*inputs), expected, rtol=allowed, atol=1e-4)
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("myops", None)

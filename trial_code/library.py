@@ -2,7 +2,7 @@
 
     from trial_code import library, workloads
     matmul = library.load("export/best.so", workloads.lookup("MM_small"), "cpu")
-    c = matmul(a, b)          # float32 NumPy arrays in the workload's layout; the product comes back
+    c = matmul(a, b)          # NumPy arrays in the workload's layout and types; the product comes back
 
 ``nni-opevo export`` (and the launcher) write the winner as ``best.so`` next to ``best.json``
 (``executable.export_library``: the host code and, for CUDA, the device module in one file);
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .kernel import tvm  # through kernel: TVM's CPU threads sized to this process's cores first
-from .templates import for_workload
+from .measure import Signature, signature
 from .workloads import Workload
 
 
@@ -33,11 +33,10 @@ class Kernel:
     workload: Workload
     function: Any
     device: Any
-    input_shapes: list[tuple[int, ...]]
-    output_shape: tuple[int, ...]
+    signature: Signature
 
     def __call__(self, *inputs: np.ndarray) -> np.ndarray:
-        """The workload's output for ``inputs`` (float32, the workload's shapes), as a new array."""
+        """The workload's output for ``inputs`` (the workload's shapes, converted to its types), as a new array."""
         arguments = self._arguments(inputs)
         self.function(*arguments)
         self.device.sync()
@@ -50,14 +49,17 @@ class Kernel:
         return lambda: self.function(*arguments)
 
     def _arguments(self, inputs: tuple[np.ndarray, ...]) -> list[Any]:
-        if len(inputs) != len(self.input_shapes):
-            raise ValueError(f"{self.workload.name} takes {len(self.input_shapes)} arrays, got {len(inputs)}")
-        for position, (given, shape) in enumerate(zip(inputs, self.input_shapes)):
+        expected = self.signature.inputs
+        if len(inputs) != len(expected):
+            raise ValueError(f"{self.workload.name} takes {len(expected)} arrays, got {len(inputs)}")
+        for position, (given, (shape, _)) in enumerate(zip(inputs, expected)):
             if tuple(np.shape(given)) != shape:
                 raise ValueError(f"input {position} of {self.workload.name} must have shape {shape}, "
                                  f"got {tuple(np.shape(given))}")
-        arguments = [tvm.runtime.tensor(np.ascontiguousarray(x, dtype=np.float32), self.device) for x in inputs]
-        return arguments + [tvm.runtime.empty(self.output_shape, "float32", self.device)]
+        arguments = [tvm.runtime.tensor(np.ascontiguousarray(x, dtype=dtype), self.device)
+                     for x, (_, dtype) in zip(inputs, expected)]
+        shape, dtype = self.signature.output
+        return arguments + [tvm.runtime.empty(shape, str(dtype), self.device)]
 
 
 def check_library(path: str) -> None:
@@ -91,9 +93,7 @@ def load(path: str, workload: Workload, device: str = "cpu") -> Kernel:
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
     check_library(path)
     module = tvm.runtime.load_module(path)
-    tensors = for_workload(workload).compute(workload)
-    return Kernel(workload, module["main"], tvm.cuda(0) if device == "cuda" else tvm.cpu(0),
-                  [tuple(int(d) for d in t.shape) for t in tensors[:-1]], tuple(int(d) for d in tensors[-1].shape))
+    return Kernel(workload, module["main"], tvm.cuda(0) if device == "cuda" else tvm.cpu(0), signature(workload))
 
 
 def load_network(path: str, device: str = "cpu") -> Callable[..., np.ndarray]:

@@ -1,8 +1,9 @@
 """A user's own operator: a TVM tensor-expression computation, tuned like the built-in families.
 
 A module of the user's declares a function that takes the shape as keyword arguments and
-returns an ``Operator``: the computation's input and output tensors (``tvm.te``, float32), its
-floating-point operations, and optionally a NumPy reference::
+returns an ``Operator``: the computation's input and output tensors (``tvm.te``; floats of 16
+to 64 bits or integers of 8 to 64, ``precision.DTYPES``), its operations, and optionally a NumPy
+reference::
 
     # myops.py
     from tvm import te
@@ -38,6 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .precision import DTYPES
+
 SPEC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 """``package.module:name``: dotted identifiers, nothing a path or a shell could read otherwise."""
 ARGUMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
@@ -47,13 +50,14 @@ MAX_ARGUMENTS = 16
 
 @dataclass
 class Operator:
-    """A computation to tune. ``inputs`` and ``output`` are ``tvm.te`` tensors (float32); the
+    """A computation to tune. ``inputs`` and ``output`` are ``tvm.te`` tensors (``precision.DTYPES``:
+    float16 inputs summed in float32 is written ``te.sum(a[i, k].astype("float32") * ...)``); the
     kernel takes the inputs in that order and writes the output. ``flops`` counts one run's
     floating-point operations (a multiply-add is 2): TFLOPS are reported from it. ``reference``,
     when given, computes the output in float64 from float64 NumPy copies of the inputs; without
     it, trials are checked against TVM's untransformed loop nest on the CPU. ``library``, when
     given, names what a user would call instead on the CPU (NumPy, PyTorch) and a function that
-    takes the inputs (float32 NumPy arrays) and returns a call of it without arguments, its
+    takes the inputs (NumPy arrays of their types) and returns a call of it without arguments, its
     conversions done once: the export times the tuned kernel against that call (``anchor``); a
     function that raises ImportError means the library is not installed here."""
 
@@ -142,9 +146,9 @@ def _check_operator(spec: str, op: Operator) -> None:
     if not isinstance(op.output.op, te.ComputeOp):
         raise ValueError(f"operator {spec}: the output must be a te.compute, not an input")
     for tensor in tensors:
-        if tensor.dtype != "float32":
-            raise ValueError(f"operator {spec}: tensor {tensor.op.name} is {tensor.dtype}; only float32 tensors "
-                             "are supported")
+        if tensor.dtype not in DTYPES:
+            raise ValueError(f"operator {spec}: tensor {tensor.op.name} is {tensor.dtype}; its tensors may be "
+                             f"{', '.join(DTYPES)}")
         if not all(isinstance(d, int) or hasattr(d, "value") for d in tensor.shape):
             raise ValueError(f"operator {spec}: tensor {tensor.op.name} has a symbolic shape; give every "
                              "extent as a number")

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from ..precision import itemsize, numpy_dtype, stage_types
 from ..targets import Target, import_tvm, registers_per_thread
 from ..workloads import Workload
 from . import totals
@@ -112,6 +113,8 @@ class Footprint:
     name: str
     shape: tuple[int, ...]
     coefficients: tuple[tuple[int, ...] | None, ...]
+    itemsize: int
+    """Bytes of one of its elements: what a tile's copy in shared memory takes per element."""
 
     def elements(self, extents: list[int]) -> int:
         """Elements of this input a tile of ``extents`` (one per main axis) reads."""
@@ -159,6 +162,9 @@ class Structure:
     total: bool = False
     """A reduction to a single value (no spatial axis longer than 1): scheduled in partial
     results (``totals``)."""
+    value_registers: int = 1
+    """32-bit registers one computed value takes on the GPU: 2 where a stage computes in a 64-bit
+    type (float64, int64); a narrower value takes one as well, unless ptxas packs two."""
 
     @property
     def spatial(self) -> list[Axis]:
@@ -246,7 +252,7 @@ class DerivedTemplate(Template):
             check_gpu_launch(target, [threads], 1, 0, [])
             limit("rows per thread", per_thread, MAX_ROWS_PER_THREAD)
             per_row = found.row_values + (found.row_length if unroll >= found.row_length else 0)
-            limit("estimated registers per thread", per_thread * per_row + REGISTER_OVERHEAD,
+            limit("estimated registers per thread", per_thread * per_row * found.value_registers + REGISTER_OVERHEAD,
                   registers_per_thread(threads))
             return
         tiles = {a.name: factors(params, f"tile_{a.name}", a.extent,
@@ -270,7 +276,7 @@ class DerivedTemplate(Template):
         threads = math.prod(tiles[name][2] for name in spatial)
         vthreads = math.prod(tiles[name][1] for name in spatial)
         extents = [math.prod(tiles[a.name][1:]) for a in found.axes]  # a block's tile, one reduction stage
-        shared_bytes = 4 * sum(f.elements(extents) for f in found.inputs) if shared else 0
+        shared_bytes = sum(f.itemsize * f.elements(extents) for f in found.inputs) if shared else 0
         check_gpu_launch(target, [threads], vthreads, shared_bytes, [])
         accumulators = math.prod(tiles[name][1] * tiles[name][3] for name in spatial) if found.reductions else 0
         # Virtual threads each compute their own copy of a kept stage's values, whichever axes it follows.
@@ -281,7 +287,7 @@ class DerivedTemplate(Template):
                 raise Infeasible(f"virtual threads {vthreads} (the second factors of the spatial tile_*) exceed "
                                  f"{VTHREAD_UNROLLED} and 'unroll' {unroll}: their loop would hold its registers in "
                                  "local memory")
-            limit("estimated registers per thread", accumulators + kept + REGISTER_OVERHEAD,
+            limit("estimated registers per thread", (accumulators + kept) * found.value_registers + REGISTER_OVERHEAD,
                   registers_per_thread(threads))
 
     # -- the schedule ------------------------------------------------------------------------------
@@ -358,7 +364,7 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
 
     op = _operator(spec, dict(key))
     tensors = [*op.inputs, op.output]
-    size = sum(4 * math.prod(int(d) for d in t.shape) for t in tensors)
+    size = sum(itemsize(str(t.dtype)) * math.prod(int(d) for d in t.shape) for t in tensors)
     if size > MAX_BYTES:
         raise ValueError(f"operator {spec}: its inputs and output take {size / 2**30:.1f} GiB; at most "
                          f"{MAX_BYTES / 2**30:.0f} GiB")
@@ -402,22 +408,25 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
             point = isinstance(dimension.extent, tirx.IntImm) and int(dimension.extent) == 1
             affine = len(found) == len(variables) + 1 and all(isinstance(c, tirx.IntImm) for c in found[:-1])
             rows.append(tuple(int(c) for c in found[:-1]) if point and affine else None)
-        footprints[buffer.name] = Footprint(buffer.name, tuple(int(d) for d in buffer.shape), tuple(rows))
+        footprints[buffer.name] = Footprint(buffer.name, tuple(int(d) for d in buffer.shape), tuple(rows),
+                                            itemsize(str(buffer.dtype)))
     reference = op.reference
     try:
         reference_source = inspect.getsource(reference) if reference is not None else ""
     except (OSError, TypeError):
         reference_source = repr(reference)
     identity = hashlib.sha256((function.script() + reference_source + repr(key)).encode()).hexdigest()[:24]
+    value_registers = max(-(-itemsize(dtype) // 4) for dtype, _ in stage_types(op.output))
     if total:
-        return Structure(tuple(axes), (), False, 0, 0, (), (), False, identity, total=True)
+        return Structure(tuple(axes), (), False, 0, 0, (), (), False, identity, total=True,
+                         value_registers=value_registers)
     row_extents = [a.extent for a in axes if not a.reduction]
     normalizes = _normalizes(sch, stages, row_extents)
     row_values, row_length = _row_registers(sch, stages, row_extents) if normalizes else (0, 0)
     separate, kept = ((), ()) if normalizes else _before_main(s_tir.Schedule(tvm.IRModule({"main": function})))
     kept_before = tuple(tuple(axes[i].name for i in positions) for positions in kept)
     return Structure(tuple(axes), tuple(footprints.values()), normalizes, row_values, row_length, separate,
-                     kept_before, bool(stages.shared), identity)
+                     kept_before, bool(stages.shared), identity, value_registers=value_registers)
 
 
 def _normalizes(sch: Any, stages: _Stages, rows: list[int]) -> bool:
@@ -927,7 +936,8 @@ def _unscheduled(tensors: list[Any], inputs: list[np.ndarray]) -> np.ndarray:
 
     executable = tvm.compile(tvm.IRModule({"main": te.create_prim_func(tensors)}), target="llvm")
     device = tvm.cpu(0)
-    arguments = [tvm.runtime.tensor(np.ascontiguousarray(x, dtype=np.float32), device) for x in inputs]
-    output = tvm.runtime.empty(tuple(int(d) for d in tensors[-1].shape), "float32", device)
+    arguments = [tvm.runtime.tensor(np.ascontiguousarray(x, dtype=numpy_dtype(str(t.dtype))), device)
+                 for x, t in zip(inputs, tensors)]
+    output = tvm.runtime.empty(tuple(int(d) for d in tensors[-1].shape), str(tensors[-1].dtype), device)
     executable["main"](*arguments, output)
     return output.numpy().astype(np.float64)
