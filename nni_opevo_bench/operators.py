@@ -70,9 +70,13 @@ def main(argv: list[str] | None = None) -> None:
     args.rows.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         target, limits, seeds = targets.cpu(), Limits(), list(range(args.seeds))
-        earlier = args.rows / "run.json"  # a resumed run's rows began with the first
-        started = (json.loads(earlier.read_text())["started"] if earlier.exists()
+        run_file = args.rows / "run.json"  # a resumed run's rows began with the first
+        started = (json.loads(run_file.read_text())["started"] if run_file.exists()
                    else time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+        record = {"command": " ".join(["nni-opevo operators", *(argv if argv is not None else sys.argv[1:])]),
+                  "started": started, "ended": None, "machine": describe(), "budget": args.budget,
+                  "seeds": args.seeds}
+        run_file.write_text(json.dumps(record, indent=2) + "\n")  # its start kept by a run cut short
         everything = [*EXAMPLES, *HAND_WRITTEN.values()]
         # The figures after 64 trials first, MetaSchedule's runs whole (it cannot resume), then
         # OpEvo's runs carried on to the budget (the runner resumes them from their rows).
@@ -82,10 +86,8 @@ def main(argv: list[str] | None = None) -> None:
         for plan in plans:
             run(plan, args.rows / "trials.csv", progress=sys.stderr.isatty())
         compare_with_libraries(args.rows, args.budget, target, limits)
-        (args.rows / "run.json").write_text(json.dumps({
-            "command": " ".join(["nni-opevo operators", *(argv if argv is not None else sys.argv[1:])]),
-            "started": started, "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": describe(), "budget": args.budget, "seeds": args.seeds}, indent=2) + "\n")
+        record["ended"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        run_file.write_text(json.dumps(record, indent=2) + "\n")
     (args.out / "README.md").write_text(readme(args.rows))
     print(f"operators: {args.out / 'README.md'}", flush=True)
 
@@ -214,7 +216,8 @@ def readme(rows_folder: Path) -> str:
                       f"{'met' if fraction >= GOAL else '**not met**'}).", ""]
     if run_info:
         lines += [f"Command: `{run_info['command']}` (from the repository root). Machine: {run_info['machine']}. "
-                  f"Run {run_info['started']} to {run_info['ended']}, {run_info['seeds']} seed(s) per tuner.", ""]
+                  f"Run {run_info['started']} to {run_info['ended'] or 'a cut-off, not yet resumed'}, "
+                  f"{run_info['seeds']} seed(s) per tuner.", ""]
     return "\n".join(lines)
 
 

@@ -274,6 +274,29 @@ def test_the_operators_page_takes_a_metaschedule_run_that_ran_out_of_schedules_a
     assert "MetaSchedule on `softmax`" not in page
 
 
+def test_the_operators_page_keeps_the_start_of_a_run_cut_short(tmp_path, monkeypatch):
+    """The page's run starts when its first invocation starts: a run cut off before its end (an
+    interrupt, an error) has recorded that start already, and the invocation that resumes it and
+    ends says so; a page written from a run cut short says it was."""
+    from nni_opevo_bench import operators
+
+    def cut_off(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(operators, "run", cut_off)
+    with pytest.raises(KeyboardInterrupt):
+        operators.main(["--out", str(tmp_path / "page"), "--rows", str(tmp_path)])
+    first = json.loads((tmp_path / "run.json").read_text())
+    assert first["started"] and first["ended"] is None
+    assert "to a cut-off, not yet resumed" in operators.readme(tmp_path)
+    (tmp_path / "run.json").write_text(json.dumps({**first, "started": "2026-01-01 00:00 UTC"}))
+    monkeypatch.setattr(operators, "run", lambda *_args, **_kwargs: None)
+    monkeypatch.setattr(operators, "compare_with_libraries", lambda *_args: None)
+    operators.main(["--out", str(tmp_path / "page"), "--rows", str(tmp_path)])
+    resumed = json.loads((tmp_path / "run.json").read_text())
+    assert resumed["started"] == "2026-01-01 00:00 UTC" and resumed["ended"]
+
+
 def _opevo_rows(path, spec: str, configurations: list[dict], tflops: list[float]) -> None:
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, restval="")
