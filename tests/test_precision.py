@@ -227,3 +227,16 @@ def test_an_integer_output_left_partly_unwritten_is_a_wrong_answer():
         else:
             with pytest.raises(measure.WrongAnswer, match="3 of 8 output elements were not written"):
                 measure._check_all_written(kernel_writing_some, [out], device, out.numpy())
+
+
+def test_a_reduction_whose_extent_is_an_expression_counts_its_greatest_window():
+    """TOPI writes a pooling window's extent as an expression (its end less its start), of the
+    output's index where the windows differ (adaptive pooling): its greatest value over the
+    output's axes bounds the terms, so a float16 pooling gets a tolerance, not a crash or none."""
+    from tvm import te, topi
+
+    x = te.placeholder((1, 4, 7, 9), "float16", name="X")
+    for pooled in (topi.nn.global_pool(x, "avg"), topi.nn.adaptive_pool(x, (3, 4), "avg")):
+        terms = max(n for _, n in precision.stage_types(pooled))
+        assert 9 <= terms <= 7 * 9 * 2
+        assert precision.tolerance([x, pooled]).relative < 0.05

@@ -80,7 +80,9 @@ def stage_types(output: Any) -> list[tuple[str, int]]:
     reads, not the inputs): its element type and the terms each of its values reduces (0 for an
     element-wise stage)."""
     from tvm import te
+    from tvm.sym.analyzer import Analyzer
 
+    bounds = Analyzer()
     found, seen, stack = [], set(), [output]
     while stack:
         tensor = stack.pop()
@@ -88,7 +90,12 @@ def stage_types(output: Any) -> list[tuple[str, int]]:
             continue
         seen.add(tensor.op)
         axes = tensor.op.reduce_axis
-        found.append((str(tensor.dtype), math.prod(int(axis.dom.extent) for axis in axes) if axes else 0))
+        # An extent as TOPI writes it may be an expression (a pooling window's end less its
+        # start), even one of the output's index: its greatest value over the output's axes.
+        for axis in tensor.op.axis:
+            bounds.bind(axis.var, axis.dom, allow_override=True)
+        terms = math.prod(bounds.const_int_bound(axis.dom.extent).max_value for axis in axes)
+        found.append((str(tensor.dtype), terms if axes else 0))
         stack.extend(tensor.op.input_tensors)
     return found
 
