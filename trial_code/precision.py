@@ -72,7 +72,7 @@ def numpy_dtype(name: str) -> np.dtype:
 
 def itemsize(name: str) -> int:
     """Bytes of one element of ``name`` (a TVM or NumPy type name)."""
-    return 2 if name == "bfloat16" else np.dtype(name).itemsize
+    return numpy_dtype(name).itemsize
 
 
 def stage_types(output: Any) -> list[tuple[str, int]]:
