@@ -13,11 +13,13 @@ to the lane with less so far.
 from __future__ import annotations
 
 import os
+import textwrap
+from collections.abc import Callable
 
 import pytest
 from nni_experiment import stops_finished
 
-from trial_code import forked
+from trial_code import forked, workloads
 
 LANES = 2
 SLOW_SECONDS = 30
@@ -71,3 +73,17 @@ def forked_workers():
     themselves (test_faults, test_trial_code's timeouts) start theirs as each case needs."""
     with forked.workers(shared=f"tests-{os.getpid()}"):
         yield
+
+
+@pytest.fixture
+def operator_module(tmp_path, monkeypatch):
+    """Write a module of operators a user writes (``name``, its ``source``) into the test's folder,
+    importable from there as an experiment imports it; returns a function that makes a workload
+    of one of its operators (its name, then its shape)."""
+    def written(name: str, source: str) -> Callable[..., workloads.Workload]:
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        return lambda operator, **shape: workloads.make("operator", operator=f"{name}:{operator}", **shape)
+
+    return written

@@ -18,11 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cuda_build import H100, cuda_source, local_memory, ptxas, registers_only
+from feasible import runs_and_matches
 from nni_experiment import free_port, launched_id, stop_in_background
 
 from nni_opevo_tools import best as best_json
 from nni_opevo_tools import launch
-from trial_code import constraint, kernel, operators, precision, targets, workloads
+from trial_code import constraint, indices, kernel, operators, precision, targets, workloads
 from trial_code.evaluate import Limits, evaluate
 from trial_code.templates import DerivedTemplate, Infeasible, for_workload
 
@@ -87,9 +88,7 @@ def test_each_example_builds_runs_and_matches_its_reference_on_the_cpu(name):
     workload = _example(name)
     cpu = targets.cpu()
     for seed in range(2):
-        params, _ = constraint.draw(workload, cpu, seed)
-        result = evaluate(workload, params, cpu, Limits(repeat=2, min_repeat_ms=5))
-        assert result.status.name == "NO_ERROR" and result.tflops > 0, (params, result.error)
+        runs_and_matches(workload, cpu, seed)
 
 
 @pytest.mark.parametrize("name, params, reduction", [
@@ -301,12 +300,9 @@ SINGLE_VALUES = ["dot", "mse", "norm", "share", "total"]
 
 
 @pytest.fixture
-def user_operators(tmp_path, monkeypatch):
+def user_operators(operator_module):
     """``userops``: operators a user writes beyond the examples, importable from the test's folder."""
-    (tmp_path / "userops.py").write_text(textwrap.dedent(USER_OPERATORS))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return lambda name: workloads.make("operator", operator=f"userops:{name}")
+    return operator_module("userops", USER_OPERATORS)
 
 
 @pytest.mark.slow(seconds=20)
@@ -462,9 +458,7 @@ def test_a_reduction_to_a_single_value_runs_in_partial_results_on_the_cpu_and_th
     reductions = {k for k in template.space(workload, "cpu") if k.startswith("tile_")}
     assert reductions and set(template.space(workload, "cuda")) == reductions | {"unroll"}
     for seed in range(2):
-        params, _ = constraint.draw(workload, targets.cpu(), seed)
-        result = evaluate(workload, params, targets.cpu(), Limits(repeat=2, min_repeat_ms=5))
-        assert result.status.name == "NO_ERROR" and result.tflops > 0, (params, result.error)
+        runs_and_matches(workload, targets.cpu(), seed)
         source = registers_only(workload, constraint.draw(workload, H100, seed)[0])
         first, combining = source.split("extern \"C\" __global__ void")[-(3 if name == "share" else 2):][:2]
         assert "__shfl_down_sync" not in first and "__shfl_down_sync" in combining, source
@@ -802,10 +796,12 @@ def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
             finally:
                 os.chdir(cwd)
             op = getattr(myops, name)(**SMALL[name])
-            rng = np.random.default_rng(1)
-            inputs = [rng.random(tuple(int(d) for d in t.shape), dtype=np.float32).astype(str(t.dtype))
-                      for t in op.inputs]
-            expected = op.reference(*(x.astype(np.float64) for x in inputs))
+            inputs = precision.random_inputs(
+                [(tuple(int(d) for d in t.shape), precision.numpy_dtype(str(t.dtype))) for t in op.inputs],
+                np.random.default_rng(1),
+                [r and (r.low, r.high) for r in indices.index_ranges([*op.inputs, op.output])])
+            expected = op.reference(*(x.astype(np.int64 if np.issubdtype(x.dtype, np.integer) else np.float64)
+                                      for x in inputs))
             allowed = precision.tolerance([*op.inputs, op.output]).relative
             np.testing.assert_allclose(loaded(*inputs), expected, rtol=allowed, atol=1e-4)
     finally:

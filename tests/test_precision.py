@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import math
 import shutil
-import textwrap
 
 import numpy as np
 import pytest
 from cuda_build import H100, registers_only
+from feasible import exported, runs_and_matches
 
-from trial_code import constraint, kernel, library, measure, precision, targets, workloads
+from trial_code import constraint, measure, precision, targets, workloads
 from trial_code.evaluate import Limits, evaluate
 from trial_code.templates import for_workload
 
@@ -85,12 +85,9 @@ CASES = {  # name -> the operator function, its shape, and the CUDA name of a ty
 
 
 @pytest.fixture
-def mixed(tmp_path, monkeypatch):
+def mixed(operator_module):
     """``mixed``: operators in types other than float32, importable from the test's folder."""
-    (tmp_path / "mixed.py").write_text(textwrap.dedent(MIXED))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return lambda name, **shape: workloads.make("operator", operator=f"mixed:{name}", **shape)
+    return operator_module("mixed", MIXED)
 
 
 def test_the_tolerance_is_float32s_unless_a_stage_computes_in_a_narrower_type_or_in_integers(mixed):
@@ -122,9 +119,7 @@ def test_a_kernel_in_other_types_runs_and_matches_its_reference_on_the_cpu(mixed
     name, shape, _ = CASES[case]
     workload = mixed(name, **shape)
     for seed in range(2):
-        params, _ = constraint.draw(workload, CPU, seed)
-        result = evaluate(workload, params, CPU, Limits(repeat=2, min_repeat_ms=5))
-        assert result.status.name == "NO_ERROR" and result.tflops > 0, (params, result.error)
+        runs_and_matches(workload, CPU, seed)
 
 
 @pytest.mark.slow(seconds=6)
@@ -176,10 +171,7 @@ def test_a_loaded_half_precision_kernel_takes_and_gives_its_types(mixed, tmp_pat
     """The exported library of a float16 MatMul, loaded as a program loads it: float16 in (a
     float32 array is converted), float16 out, within the check's tolerance of the product."""
     workload = mixed("matmul")
-    target = kernel.for_host(CPU)
-    params, _ = constraint.draw(workload, CPU, 0)
-    kernel.build(kernel.scheduled(workload, params, target), target).export_library(str(tmp_path / "k.so"))
-    loaded = library.load(str(tmp_path / "k.so"), workload, "cpu")
+    loaded = exported(workload, CPU, str(tmp_path / "k.so"))
     rng = np.random.default_rng(0)
     a, b = (rng.random(shape, dtype=np.float32).astype(np.float16) for shape in ((64, 128), (128, 64)))
     out = loaded(a, b.astype(np.float32))

@@ -52,10 +52,15 @@ class Kernel:
         expected = self.signature.inputs
         if len(inputs) != len(expected):
             raise ValueError(f"{self.workload.name} takes {len(expected)} arrays, got {len(inputs)}")
-        for position, (given, (shape, _)) in enumerate(zip(inputs, expected)):
+        for position, (given, (shape, _), positions) in enumerate(zip(inputs, expected, self.signature.ranges)):
             if tuple(np.shape(given)) != shape:
                 raise ValueError(f"input {position} of {self.workload.name} must have shape {shape}, "
                                  f"got {tuple(np.shape(given))}")
+            if positions:  # an index outside its tensor would read memory beyond it, not raise
+                try:
+                    positions.check(np.asarray(given))
+                except ValueError as e:
+                    raise ValueError(f"{self.workload.name}: {e}") from None
         arguments = [tvm.runtime.tensor(np.ascontiguousarray(x, dtype=dtype), self.device)
                      for x, (_, dtype) in zip(inputs, expected)]
         shape, dtype = self.signature.output

@@ -28,6 +28,7 @@ import tvm
 
 from .device_lock import own_folder
 from .files import user_cache
+from .indices import IndexRange, index_ranges
 from .precision import Tolerance, numpy_dtype, poison, random_inputs, tolerance
 from .targets import Target
 from .templates import for_workload
@@ -56,11 +57,13 @@ class Timing:
 @dataclass(frozen=True)
 class Signature:
     """A workload's tensors as its kernel takes them: each input's shape and NumPy type, the
-    output's, and the tolerance of the check (``precision.tolerance``)."""
+    output's, the tolerance of the check (``precision.tolerance``), and for each input that
+    indexes a tensor the positions it may hold (``indices.index_ranges``; None for the others)."""
 
     inputs: list[tuple[tuple[int, ...], np.dtype]]
     output: tuple[tuple[int, ...], np.dtype]
     tolerance: Tolerance
+    ranges: tuple[IndexRange | None, ...]
 
     @property
     def input_bytes(self) -> int:
@@ -71,7 +74,7 @@ def signature(workload: Workload) -> Signature:
     """The shapes and types of ``workload``'s tensors, from its template's computation."""
     tensors = for_workload(workload).compute(workload)
     shaped = [(tuple(int(d) for d in t.shape), numpy_dtype(str(t.dtype))) for t in tensors]
-    return Signature(shaped[:-1], shaped[-1], tolerance(tensors))
+    return Signature(shaped[:-1], shaped[-1], tolerance(tensors), tuple(index_ranges(tensors)))
 
 
 @dataclass
@@ -91,7 +94,8 @@ def device_of(target: Target) -> Any:
 
 def _make(workload: Workload, seed: int, sign: Signature | None = None) -> Prepared:
     sign = sign or signature(workload)
-    host = random_inputs(sign.inputs, np.random.default_rng(seed))
+    host = random_inputs(sign.inputs, np.random.default_rng(seed),
+                         [(r.low, r.high) if r else None for r in sign.ranges])
     index = sample_indices(sign.output[0], SAMPLES, np.random.default_rng(seed + 1))
     expected, magnitude = for_workload(workload).reference(workload, host, index)
     return Prepared(host, sign, index, expected, magnitude)
@@ -110,7 +114,10 @@ def prepare(workload: Workload, seed: int) -> Prepared:
     sign = signature(workload)
     if sign.input_bytes > CACHE_LIMIT_BYTES:
         return _make(workload, seed, sign)
-    key = hashlib.sha256(json.dumps([for_workload(workload).identity(workload), seed, SAMPLES]).encode())
+    # The positions an index is drawn from are in the key: inputs drawn before they were are not them.
+    positions = [[r.low, r.high] for r in sign.ranges if r]
+    key = hashlib.sha256(json.dumps([for_workload(workload).identity(workload), seed, SAMPLES,
+                                     *([positions] if positions else [])]).encode())
     try:
         path = os.path.join(cache_folder(), key.hexdigest()[:24] + ".npz")
     except (OSError, RuntimeError):  # no cache folder of our own: make them each time

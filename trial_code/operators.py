@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .indices import index_ranges
 from .precision import DTYPES
 
 SPEC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
@@ -54,7 +55,8 @@ class Operator:
     float16 inputs summed in float32 is written ``te.sum(a[i, k].astype("float32") * ...)``); the
     kernel takes the inputs in that order and writes the output. ``flops`` counts one run's
     floating-point operations (a multiply-add is 2): TFLOPS are reported from it. ``reference``,
-    when given, computes the output in float64 from float64 NumPy copies of the inputs; without
+    when given, computes the output in float64 from NumPy copies of the inputs, float64 for float
+    inputs and int64 for integer ones (``table[ids]`` indexes with them); without
     it, trials are checked against TVM's untransformed loop nest on the CPU. ``library``, when
     given, names what a user would call instead on the CPU (NumPy, PyTorch) and a function that
     takes the inputs (NumPy arrays of their types) and returns a call of it without arguments, its
@@ -152,6 +154,10 @@ def _check_operator(spec: str, op: Operator) -> None:
         if not all(isinstance(d, int) or hasattr(d, "value") for d in tensor.shape):
             raise ValueError(f"operator {spec}: tensor {tensor.op.name} has a symbolic shape; give every "
                              "extent as a number")
+    try:
+        index_ranges(tensors)
+    except ValueError as e:
+        raise ValueError(f"operator {spec}: {e}") from None
     if not isinstance(op.flops, (int, float)) or isinstance(op.flops, bool) or not op.flops > 0:
         raise ValueError(f"operator {spec}: flops must be a positive number, got {op.flops!r}")
     if op.reference is not None and not callable(op.reference):

@@ -28,8 +28,8 @@ DTYPES = FLOATS + INTEGERS
 """The element types of a user's operator's tensors (``operators.Operator``)."""
 INTEGER_INPUTS = 8
 """Integer inputs are drawn in [-8, 8), unsigned ones in [0, 16): int8 products summed in int32
-stay exact for 2^25 terms, and the float64 reference computes them exactly. They are values, not
-indices: a computation that indexes by an input is not checked with inputs it can index by."""
+stay exact for 2^25 terms, and the float64 reference computes them exactly. An input the
+computation indexes a tensor by is drawn from the positions inside it instead (``indices``)."""
 RELATIVE_TOLERANCE = 1e-3
 """Of each output element's scale: float32's and float64's rounding is far below it, and a wrong
 tile misses whole partial sums."""
@@ -105,15 +105,23 @@ def is_integer(name: str) -> bool:
     return name in INTEGERS
 
 
-def random_inputs(inputs: list[tuple[tuple[int, ...], np.dtype]], rng: np.random.Generator) -> list[np.ndarray]:
+def integer_range(dtype: np.dtype) -> tuple[int, int]:
+    """The least and greatest value an integer input is drawn with (``INTEGER_INPUTS``)."""
+    low = 0 if np.issubdtype(dtype, np.unsignedinteger) else -INTEGER_INPUTS
+    return low, low + 2 * INTEGER_INPUTS - 1
+
+
+def random_inputs(inputs: list[tuple[tuple[int, ...], np.dtype]], rng: np.random.Generator,
+                  ranges: list[tuple[int, int] | None] | None = None) -> list[np.ndarray]:
     """Inputs of the given shapes and types: floats uniform in [-1, 1) (float32 and float64 drawn
     in their type, float16 and bfloat16 drawn as float32 and rounded, so the reference starts from
-    exactly the values the kernel reads), integers uniform in ``INTEGER_INPUTS``' range."""
+    exactly the values the kernel reads), integers uniform in their ``ranges`` entry (least and
+    greatest: the positions an index may hold) or else ``integer_range``."""
     found = []
-    for shape, dtype in inputs:
+    for (shape, dtype), given in zip(inputs, ranges or [None] * len(inputs)):
         if np.issubdtype(dtype, np.integer):
-            low = 0 if np.issubdtype(dtype, np.unsignedinteger) else -INTEGER_INPUTS
-            found.append(rng.integers(low, low + 2 * INTEGER_INPUTS, shape, dtype=dtype))
+            low, high = given or integer_range(dtype)
+            found.append(rng.integers(low, high, shape, dtype=dtype, endpoint=True))
         else:
             found.append((rng.random(shape, dtype=np.float64 if dtype == np.float64 else np.float32) * 2 - 1)
                          .astype(dtype))

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from ..indices import reads_memory
 from ..precision import itemsize, numpy_dtype, stage_types
 from ..targets import Target, import_tvm, registers_per_thread
 from ..workloads import Workload
@@ -115,6 +116,9 @@ class Footprint:
     coefficients: tuple[tuple[int, ...] | None, ...]
     itemsize: int
     """Bytes of one of its elements: what a tile's copy in shared memory takes per element."""
+    gathered: bool = False
+    """Read at positions another input holds (an embedding's table): TVM cannot bound a tile's
+    region of it, so it is read from global memory, never staged in shared memory."""
 
     def elements(self, extents: list[int]) -> int:
         """Elements of this input a tile of ``extents`` (one per main axis) reads."""
@@ -276,7 +280,7 @@ class DerivedTemplate(Template):
         threads = math.prod(tiles[name][2] for name in spatial)
         vthreads = math.prod(tiles[name][1] for name in spatial)
         extents = [math.prod(tiles[a.name][1:]) for a in found.axes]  # a block's tile, one reduction stage
-        shared_bytes = sum(f.itemsize * f.elements(extents) for f in found.inputs) if shared else 0
+        shared_bytes = sum(f.itemsize * f.elements(extents) for f in found.inputs if not f.gathered) if shared else 0
         check_gpu_launch(target, [threads], vthreads, shared_bytes, [])
         accumulators = math.prod(tiles[name][1] * tiles[name][3] for name in spatial) if found.reductions else 0
         # Virtual threads each compute their own copy of a kept stage's values, whichever axes it follows.
@@ -308,12 +312,14 @@ class DerivedTemplate(Template):
 
     # -- the reference -----------------------------------------------------------------------------
     def reference(self, workload: Workload, inputs: list[np.ndarray], index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The output at ``index`` from the operator's reference in float64 (or TVM's unscheduled
-        loop nest on the CPU); the tolerance scale is each value's size plus the output's root
-        mean square, as a sum's rounding error follows its terms and not its (possibly cancelled) total."""
+        """The output at ``index`` from the operator's reference in float64 (given float64 copies of
+        float inputs and int64 copies of integer ones; or TVM's unscheduled loop nest on the CPU);
+        the tolerance scale is each value's size plus the output's root mean square, as a sum's
+        rounding error follows its terms and not its (possibly cancelled) total."""
         op = self.operator(workload)
         if op.reference is not None:
-            full = np.asarray(op.reference(*(x.astype(np.float64) for x in inputs)), dtype=np.float64)
+            full = np.asarray(op.reference(*(x.astype(np.int64 if np.issubdtype(x.dtype, np.integer) else np.float64)
+                                             for x in inputs)), dtype=np.float64)
             expected_shape = tuple(int(d) for d in op.output.shape)
             if full.shape != expected_shape:
                 raise ValueError(f"operator {self.spec}: its reference returned shape {full.shape}, "
@@ -402,14 +408,15 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
         buffer = region.source
         if buffer.name not in params or buffer.name in footprints:
             continue
-        rows = []
+        rows, gathered = [], False
         for dimension in region.region:
+            gathered = gathered or reads_memory(dimension.min) or reads_memory(dimension.extent)
             found = detect_linear_equation(dimension.min, variables)
             point = isinstance(dimension.extent, tirx.IntImm) and int(dimension.extent) == 1
             affine = len(found) == len(variables) + 1 and all(isinstance(c, tirx.IntImm) for c in found[:-1])
             rows.append(tuple(int(c) for c in found[:-1]) if point and affine else None)
         footprints[buffer.name] = Footprint(buffer.name, tuple(int(d) for d in buffer.shape), tuple(rows),
-                                            itemsize(str(buffer.dtype)))
+                                            itemsize(str(buffer.dtype)), gathered)
     reference = op.reference
     try:
         reference_source = inspect.getsource(reference) if reference is not None else ""
@@ -793,7 +800,7 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
             leftover(sch, after, cuda=True)
     if reductions and params["shared"]:
         stage = parts[reductions[-1]][0]
-        sources = {f.name for f in found.inputs} | {sch.get(b).name_hint for b in stages.kept}
+        sources = {f.name for f in found.inputs if not f.gathered} | {sch.get(b).name_hint for b in stages.kept}
         reads = sch.get(block).reads
         for position in [i for i, region in enumerate(reads) if region.source.name in sources]:
             cached = sch.cache_read(block, position, "shared", consumer_blocks=[block])

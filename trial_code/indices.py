@@ -1,0 +1,256 @@
+"""Which integer inputs of a computation index a tensor, and the values they may then hold.
+
+A gather (an embedding's rows, ``take`` along an axis, a permutation) reads a tensor at positions
+another input holds. A trial's random inputs must then be positions inside the tensor they index,
+or the kernel reads outside it (wrong numbers on the CPU, a fault on the GPU), and a program that
+calls the exported kernel with a position outside it must be told so rather than get what the
+memory beyond held. The positions are read from the computation itself: wherever an integer
+input's value appears in the index of a load, as ``a * value + b`` with ``a`` a constant and
+``b`` depending on the loop axes only (``table[ids[i], j]``, ``x[i, 2 * idx[j] + 1]``), the
+values that keep every ``b`` inside the indexed axis are its range, intersected over its uses.
+An index the check cannot solve for the value (two inputs' values added, a clamp, a modulo)
+must stay inside the axis for every value the input is drawn with; otherwise it is refused, in
+one line naming the input, the tensor and its axis.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from .precision import integer_range, is_integer, numpy_dtype
+
+TENSOR_LOAD = "te.tensor_load"
+"""The operator of a load of a TE tensor (its arguments: the tensor, then one index per axis)."""
+BUFFER_LOAD = "ir.TensorLoad"
+"""The type of a load of a TIR buffer (TVM 0.27's name for a ``BufferLoad``)."""
+ARITHMETIC = {"prim.Add": "__add__", "prim.Sub": "__sub__", "prim.Mul": "__mul__",
+              "prim.FloorDiv": "floordiv", "prim.FloorMod": "floormod", "prim.Div": "truncdiv",
+              "prim.Mod": "truncmod", "prim.Min": "min", "prim.Max": "max"}
+"""The integer index arithmetic an index may use: each node's type and how to rebuild it."""
+
+
+@dataclass(frozen=True)
+class IndexRange:
+    """The values the input ``name`` may hold (``low`` to ``high``, both included), and what it indexes."""
+
+    name: str
+    low: int
+    high: int
+    indexes: str
+    """The first tensor axis that bounds it, for messages: ``table's axis 0``."""
+
+    def check(self, values: np.ndarray) -> None:
+        """ValueError naming the input where any of ``values`` is outside the range."""
+        if values.size and (values.min() < self.low or values.max() > self.high):
+            outside = values[(values < self.low) | (values > self.high)].flat[0]
+            raise ValueError(f"input {self.name} holds {outside}, outside {self.low}..{self.high}, the positions "
+                             f"of {self.indexes} it indexes")
+
+
+def index_ranges(tensors: list[Any]) -> list[IndexRange | None]:
+    """For each input of the TE ``tensors`` (the inputs, then the output): the values it may hold
+    where it indexes a tensor, else None. ValueError, one line, where an input indexes a tensor
+    in a way no value of its type or no checkable range keeps inside the tensor."""
+    from tvm import te
+
+    inputs, output = tensors[:-1], tensors[-1]
+    integer = {t.op: t for t in inputs if is_integer(str(t.dtype))}
+    if not integer:
+        return [None] * len(inputs)
+    solved: dict[Any, IndexRange] = {}
+    unsolved: list[tuple[Any, dict[Any, Any], list[tuple[Any, Any]], int, str]] = []
+    for op, bounds in _stages(output, te):
+        for tensor, indices in _loads(op):
+            for axis, index in enumerate(indices):
+                extent = int(tensor.shape[axis])
+                where = f"{tensor.op.name}'s axis {axis}"
+                try:
+                    expr, values = _abstract(index, integer)
+                except _Opaque:
+                    if _reads_integers(index):
+                        raise ValueError(f"{where} is indexed through an integer tensor's value in a way "
+                                         "the check cannot bound (a reduction's value, a float, a condition): "
+                                         "index by an input's value in integer arithmetic, clamped with te.max "
+                                         "and te.min where it may leave the axis") from None
+                    continue  # an index of the axes alone, or of floats, which no integer input decides
+                if not values:
+                    continue
+                found = _solve(expr, values, bounds, extent, where) if len(values) == 1 else None
+                if found is None:
+                    unsolved.append((expr, values, bounds, extent, where))
+                    continue
+                placeholder, found = found
+                known = solved.get(placeholder)
+                if known is not None:
+                    found = IndexRange(known.name, max(known.low, found.low), min(known.high, found.high),
+                                       known.indexes)
+                solved[placeholder] = found
+    for placeholder, found in solved.items():
+        dtype = str(integer[placeholder].dtype)
+        info = np.iinfo(numpy_dtype(dtype))
+        clipped = IndexRange(found.name, max(found.low, int(info.min)), min(found.high, int(info.max)),
+                             found.indexes)
+        if clipped.low > clipped.high:
+            raise ValueError(f"input {found.name} ({dtype}) indexes {found.indexes}, but no value of it keeps the "
+                             "index inside that axis")
+        solved[placeholder] = clipped
+    for expr, values, bounds, extent, where in unsolved:
+        _check_within(expr, values, bounds, integer, solved, extent, where)
+    return [solved.get(t.op) for t in inputs]
+
+
+class _Opaque(Exception):
+    """An index expression outside the arithmetic the check reads (``ARITHMETIC``)."""
+
+
+def _stages(output: Any, te: Any) -> Iterator[tuple[Any, list[tuple[Any, Any]]]]:
+    """Each compute stage of the computation, with its axes' variables and ranges."""
+    seen, stack = set(), [output]
+    while stack:
+        tensor = stack.pop()
+        if not isinstance(tensor.op, te.ComputeOp) or tensor.op in seen:
+            continue
+        seen.add(tensor.op)
+        yield tensor.op, [(axis.var, axis.dom) for axis in (*tensor.op.axis, *tensor.op.reduce_axis)]
+        stack.extend(tensor.op.input_tensors)
+
+
+def _loads(op: Any) -> Iterator[tuple[Any, list[Any]]]:
+    """Every load of a tensor in ``op``'s body, nested ones included: the tensor and its indices."""
+    for body in op.body:
+        for node in _nodes(body):
+            if _is_load(node):
+                yield node.args[0], list(node.args[1:])
+
+
+def _nodes(expr: Any) -> Iterator[Any]:
+    """Every expression node of ``expr``, itself included (a load's indices, not its tensor)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        if _is_load(node):
+            stack.extend(node.args[1:])
+            continue
+        for field in type(node).__tvm_ffi_type_info__.fields:
+            value = getattr(node, field.name)
+            if _is_expression(value):
+                stack.append(value)
+            elif type(value).__name__ == "Array":
+                stack.extend(v for v in value if _is_expression(v))
+
+
+def _is_expression(value: Any) -> bool:
+    from tvm import ir, te
+
+    return isinstance(value, ir.Expr) and not isinstance(value, (te.Tensor, ir.Op))
+
+
+def _is_load(node: Any) -> bool:
+    op = getattr(node, "op", None)
+    return type(node).__tvm_ffi_type_info__.type_key == "ir.Call" and getattr(op, "name", None) == TENSOR_LOAD
+
+
+def _abstract(index: Any, integer: dict[Any, Any]) -> tuple[Any, dict[Any, Any]]:
+    """``index`` in 64-bit arithmetic with each load of an integer input replaced by a variable
+    standing for its value, and which input each variable stands for. A load of an integer
+    element-wise stage is replaced by what it computes (``pos[i]`` of ``pos = ids[i] + 1``), and
+    integer casts are dropped: a position inside an axis fits every integer type that indexes it.
+    _Opaque where the index reads anything else (a reduction's value, a float, a conditional)."""
+    from tvm import te, tirx
+
+    values: dict[Any, Any] = {}
+
+    def rebuilt(node: Any, axes: dict[Any, Any]) -> Any:
+        key = type(node).__tvm_ffi_type_info__.type_key
+        if _is_load(node):
+            tensor = node.args[0]
+            if tensor.op in integer:
+                variable = tirx.Var(f"{tensor.op.name}_value", "int64")
+                values[variable] = tensor.op
+                return variable
+            op = tensor.op
+            if not (isinstance(op, te.ComputeOp) and is_integer(str(tensor.dtype)) and not op.reduce_axis):
+                raise _Opaque
+            inner = {axis.var: rebuilt(i, axes) for axis, i in zip(op.axis, node.args[1:])}
+            return rebuilt(op.body[tensor.value_index], inner)
+        if key == "ir.IntImm":
+            return tirx.const(int(node.value), "int64")
+        if key in ("ir.Var", "tirx.Var"):
+            if node in axes:
+                return axes[node]
+            return node if str(node.ty) == "int64" else tirx.Cast("int64", node)
+        if key == "prim.Cast" and is_integer(str(node.ty)) and is_integer(str(node.value.ty)):
+            return rebuilt(node.value, axes)
+        if key in ARITHMETIC:
+            a, b = rebuilt(node.a, axes), rebuilt(node.b, axes)
+            name = ARITHMETIC[key]
+            return getattr(a, name)(b) if name.startswith("__") else getattr(tirx, name)(a, b)
+        raise _Opaque
+
+    return rebuilt(index, {}), values
+
+
+def reads_memory(expr: Any) -> bool:
+    """Whether ``expr`` (a TE or TIR expression: a region's start, an index) reads a value from a
+    tensor or buffer, as a gather's index does: no range of the loop axes bounds it."""
+    return any(_is_load(node) or type(node).__tvm_ffi_type_info__.type_key == BUFFER_LOAD for node in _nodes(expr))
+
+
+def _reads_integers(index: Any) -> bool:
+    """Whether ``index`` reads any integer tensor (an input, or a stage computed from inputs)."""
+    return any(_is_load(node) and is_integer(str(node.args[0].dtype)) for node in _nodes(index))
+
+
+def _solve(expr: Any, values: dict[Any, Any], bounds: list[tuple[Any, Any]], extent: int,
+           where: str) -> tuple[Any, IndexRange] | None:
+    """Where ``expr`` is ``a * value + b``, a a constant: the input and the values that keep it
+    in ``[0, extent)`` for every ``b`` the axes reach; else None."""
+    from tvm import tirx
+    from tvm.sym.pattern import detect_linear_equation
+
+    (variable, placeholder), = values.items()
+    linear = detect_linear_equation(expr, [variable])
+    if len(linear) != 2 or not isinstance(linear[0], tirx.IntImm) or int(linear[0]) == 0:
+        return None
+    base = _analyzer(bounds).const_int_bound(linear[1])
+    scale = int(linear[0])
+    # a * value + b in [0, extent) for every b the axes reach: a * value in [-least b, extent - 1 - greatest b]
+    first, last = Fraction(-base.min_value, scale), Fraction(extent - 1 - base.max_value, scale)
+    if scale < 0:
+        first, last = last, first
+    return placeholder, IndexRange(placeholder.name, math.ceil(first), math.floor(last), where)
+
+
+def _analyzer(bounds: list[tuple[Any, Any]]) -> Any:
+    """TVM's arithmetic analyzer with each axis variable bound to its range."""
+    from tvm.sym.analyzer import Analyzer
+
+    analyzer = Analyzer()
+    for var, dom in bounds:
+        analyzer.bind(var, dom)
+    return analyzer
+
+
+def _check_within(expr: Any, values: dict[Any, Any], bounds: list[tuple[Any, Any]], integer: dict[Any, Any],
+                  solved: dict[Any, IndexRange], extent: int, where: str) -> None:
+    """ValueError unless ``expr`` stays in ``[0, extent)`` for every value each input is drawn from."""
+    from tvm.ir import Range
+
+    analyzer = _analyzer(bounds)
+    for variable, placeholder in values.items():
+        known = solved.get(placeholder)
+        low, high = (known.low, known.high) if known else integer_range(numpy_dtype(str(integer[placeholder].dtype)))
+        analyzer.bind(variable, Range(low, high + 1))
+    reach = analyzer.const_int_bound(expr)
+    if reach.min_value < 0 or reach.max_value >= extent:
+        names = " and ".join(sorted(p.name for p in values.values()))
+        raise ValueError(f"{names} index {where} through an expression the check cannot solve for "
+                         f"{'their' if len(values) > 1 else 'its'} values and that leaves [0, {extent}): "
+                         "index by a constant times one input's value plus the axes, or clamp the index "
+                         "with te.max and te.min")
