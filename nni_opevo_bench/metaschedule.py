@@ -36,6 +36,7 @@ so that a budget of 64 gives its cost model four rounds; TVM's own default is 64
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -99,6 +100,32 @@ def prepare_builder() -> None:
     fast_math.register(tvm)
 
 
+def allocate_with_positions(positions: dict[tuple, list[tuple[int, int] | None]], device: Any,
+                            args_info: list[Any], alloc_repeat: int) -> list[list[Any]]:
+    """The runner's arguments (a module-level function, so its pool can take it): MetaSchedule's
+    own random fill, except that an input the computation indexes a tensor by holds positions
+    inside that tensor (``trial_code.indices``), as the trials' inputs do. TVM's fill writes the
+    bits of floats from 1 to 10 into integers, whose gathers would read far outside the tensor.
+    ``positions``: each such workload's arguments (``_argument_key``) -> its inputs' ranges."""
+    import numpy as np
+    from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument
+
+    repeated = default_alloc_argument(device, args_info, alloc_repeat)
+    ranges = positions.get(_argument_key(args_info), [])
+    for arguments in repeated:
+        for index, (argument, found) in enumerate(zip(arguments, ranges)):
+            if found is not None:
+                rng = np.random.default_rng(index)
+                argument.copyfrom(rng.integers(found[0], found[1], argument.shape, dtype=argument.dtype,
+                                               endpoint=True))
+    return repeated
+
+
+def _argument_key(args_info: list[Any]) -> tuple:
+    """A kernel's arguments as MetaSchedule describes them (``["TENSOR", dtype, shape]`` each), hashable."""
+    return tuple((str(info[1]), tuple(int(d) for d in info[2])) for info in args_info)
+
+
 def load_tensor_intrinsics() -> None:
     """Import ``tvm.s_tir.tensor_intrin`` with ``inspect.stack`` answering from the frames alone
     (see the module docstring)."""
@@ -146,7 +173,10 @@ def _tune(tasks: list[tuple[str, Workload, int]], target: Target, limits: Limits
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
-    from trial_code import kernel  # sets the thread count that the runner processes it starts inherit
+    from trial_code import (
+        kernel,  # sets the thread count that the runner processes it starts inherit
+        measure,
+    )
 
     settings = options(spec)
     flops = [for_workload(workload).flops(workload) for _, workload, _ in tasks]
@@ -171,8 +201,16 @@ def _tune(tasks: list[tuple[str, Workload, int]], target: Target, limits: Limits
 
     load_tensor_intrinsics()
     host = tvm.target.Target(kernel.for_host(target).tvm_target())
+    positions = {}
+    for _, workload, _ in tasks:
+        ranges = measure.signature(workload).ranges
+        if any(ranges):
+            tensors = for_workload(workload).compute(workload)
+            key = _argument_key([["TENSOR", str(t.dtype), [int(d) for d in t.shape]] for t in tensors])
+            positions[key] = [(r.low, r.high) if r else None for r in ranges]
     runner = ms.runner.LocalRunner(
         timeout_sec=limits.run_timeout,
+        f_alloc_argument=functools.partial(allocate_with_positions, positions) if positions else None,
         evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=limits.repeat, min_repeat_ms=limits.min_repeat_ms))
     with tempfile.TemporaryDirectory(prefix="metaschedule-") as work_dir:
         names = [name or "main" for name, _, _ in tasks]

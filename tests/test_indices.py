@@ -203,3 +203,13 @@ def test_a_computation_of_floats_alone_has_no_index_to_read():
     x = te.placeholder((8, 8), "float32", name="X")
     assert index_ranges([x, te.compute((8,), lambda i: x[i, 7 - i], name="Y")]) == [None]
 
+
+@pytest.mark.slow(seconds=30)
+def test_metaschedule_runs_a_gathers_kernels_on_positions_inside_the_table(indexed):
+    """The operators page's peer gets what the trials get: TVM's own fill would write the bits of
+    floats into the ids, and every kernel would read outside the table (RUNTIME_DEVICE)."""
+    from nni_opevo_bench import metaschedule
+
+    measured = metaschedule.run(indexed("embedding_bag"), CPU, Limits(repeat=1, min_repeat_ms=1),
+                                "metaschedule:num_trials_per_iter=4", 0, 4)
+    assert len(measured) == 4 and all(m.status == "NO_ERROR" and m.tflops > 0 for m in measured), measured
