@@ -70,12 +70,11 @@ def main(argv: list[str] | None = None) -> None:
     args.rows.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         target, limits, seeds = targets.cpu(), Limits(), list(range(args.seeds))
-        run_file = args.rows / "run.json"  # a resumed run's rows began with the first
-        started = (json.loads(run_file.read_text())["started"] if run_file.exists()
-                   else time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+        run_file = args.rows / "run.json"
         record = {"command": " ".join(["nni-opevo operators", *(argv if argv is not None else sys.argv[1:])]),
-                  "started": started, "ended": None, "machine": describe(), "budget": args.budget,
-                  "seeds": args.seeds}
+                  "budget": args.budget, "seeds": args.seeds,
+                  "invocations": [*_invocations(json.loads(run_file.read_text()) if run_file.exists() else {}),
+                                  {"started": _now(), "ended": None, "machine": describe()}]}
         run_file.write_text(json.dumps(record, indent=2) + "\n")  # its start kept by a run cut short
         everything = [*EXAMPLES, *HAND_WRITTEN.values()]
         # The figures after 64 trials first, MetaSchedule's runs whole (it cannot resume), then
@@ -86,10 +85,24 @@ def main(argv: list[str] | None = None) -> None:
         for plan in plans:
             run(plan, args.rows / "trials.csv", progress=sys.stderr.isatty())
         compare_with_libraries(args.rows, args.budget, target, limits)
-        record["ended"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        record["invocations"][-1]["ended"] = _now()
         run_file.write_text(json.dumps(record, indent=2) + "\n")
     (args.out / "README.md").write_text(readme(args.rows))
     print(f"operators: {args.out / 'README.md'}", flush=True)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+def _invocations(run_info: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each invocation that added to the rows, in order: when it started, when it ended (None: cut
+    off), on what machine. A ``run.json`` of one run (``started``, ``ended``, ``machine``) is one."""
+    if "invocations" in run_info:
+        return list(run_info["invocations"])
+    if "started" in run_info:
+        return [{key: run_info.get(key) for key in ("started", "ended", "machine")}]
+    return []
 
 
 def compare_with_libraries(rows_folder: Path, budget: int, target: Target, limits: Limits) -> None:
@@ -215,9 +228,11 @@ def readme(rows_folder: Path) -> str:
                       f"GFLOPS, {fraction:.2f} of it (goal: at least {GOAL}; "
                       f"{'met' if fraction >= GOAL else '**not met**'}).", ""]
     if run_info:
-        lines += [f"Command: `{run_info['command']}` (from the repository root). Machine: {run_info['machine']}. "
-                  f"Run {run_info['started']} to {run_info['ended'] or 'a cut-off, not yet resumed'}, "
-                  f"{run_info['seeds']} seed(s) per tuner.", ""]
+        spans = "; ".join(f"{i['started']} to {i['ended'] or 'a cut-off'} on {i['machine']}"
+                          for i in _invocations(run_info))
+        cut_off = "" if _invocations(run_info)[-1]["ended"] else " The last was cut off and not yet resumed."
+        lines += [f"Command: `{run_info['command']}` (from the repository root; it resumes, keeping the runs its rows "
+                  f"hold), {run_info['seeds']} seed(s) per tuner. Its invocations: {spans}.{cut_off}", ""]
     return "\n".join(lines)
 
 

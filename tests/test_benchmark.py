@@ -274,10 +274,10 @@ def test_the_operators_page_takes_a_metaschedule_run_that_ran_out_of_schedules_a
     assert "MetaSchedule on `softmax`" not in page
 
 
-def test_the_operators_page_keeps_the_start_of_a_run_cut_short(tmp_path, monkeypatch):
-    """The page's run starts when its first invocation starts: a run cut off before its end (an
-    interrupt, an error) has recorded that start already, and the invocation that resumes it and
-    ends says so; a page written from a run cut short says it was."""
+def test_the_operators_page_lists_each_invocation_a_cut_off_one_included(tmp_path, monkeypatch):
+    """Each invocation records its start when it starts and its end when it ends: one cut off
+    before its end (an interrupt, an error) says so on the page, and the invocations that resume
+    the run are listed after it; a run recorded by one invocation alone is read as such."""
     from nni_opevo_bench import operators
 
     def cut_off(*_args, **_kwargs):
@@ -286,15 +286,23 @@ def test_the_operators_page_keeps_the_start_of_a_run_cut_short(tmp_path, monkeyp
     monkeypatch.setattr(operators, "run", cut_off)
     with pytest.raises(KeyboardInterrupt):
         operators.main(["--out", str(tmp_path / "page"), "--rows", str(tmp_path)])
-    first = json.loads((tmp_path / "run.json").read_text())
+    (first,) = json.loads((tmp_path / "run.json").read_text())["invocations"]
     assert first["started"] and first["ended"] is None
-    assert "to a cut-off, not yet resumed" in operators.readme(tmp_path)
-    (tmp_path / "run.json").write_text(json.dumps({**first, "started": "2026-01-01 00:00 UTC"}))
+    assert "The last was cut off and not yet resumed." in operators.readme(tmp_path)
     monkeypatch.setattr(operators, "run", lambda *_args, **_kwargs: None)
     monkeypatch.setattr(operators, "compare_with_libraries", lambda *_args: None)
     operators.main(["--out", str(tmp_path / "page"), "--rows", str(tmp_path)])
-    resumed = json.loads((tmp_path / "run.json").read_text())
-    assert resumed["started"] == "2026-01-01 00:00 UTC" and resumed["ended"]
+    cut, resumed = json.loads((tmp_path / "run.json").read_text())["invocations"]
+    assert cut == first and resumed["ended"]
+    page = operators.readme(tmp_path)
+    assert f"{first['started']} to a cut-off on {first['machine']}; {resumed['started']} to {resumed['ended']}" in page
+    assert "not yet resumed" not in page
+    (tmp_path / "run.json").write_text(json.dumps({"command": "c", "started": "2026-01-01 00:00 UTC", "ended":
+                                                   "2026-01-01 01:00 UTC", "machine": "m", "budget": 64, "seeds": 1}))
+    operators.main(["--out", str(tmp_path / "page"), "--rows", str(tmp_path)])
+    older, newer = json.loads((tmp_path / "run.json").read_text())["invocations"]
+    assert older == {"started": "2026-01-01 00:00 UTC", "ended": "2026-01-01 01:00 UTC", "machine": "m"}
+    assert newer["ended"]
 
 
 def _opevo_rows(path, spec: str, configurations: list[dict], tflops: list[float]) -> None:
