@@ -203,6 +203,24 @@ def mse_loss(rows: int = 1024, cols: int = 1024) -> Operator:
                     reference=lambda p, t: np.mean(np.square(p - t)), library=("PyTorch", library))
 
 
+def embedding_bag(bags: int = 1024, per_bag: int = 32, vocab: int = 50000, dim: int = 64) -> Operator:
+    """A recommender's embedding bag: each bag's rows of an embedding table, picked by the ids it
+    holds, summed. The ids are positions in the table, so the trials draw them among its rows
+    and the exported kernel refuses one past them (docs/your-operator.md, "Indexing by an input")."""
+    ids = te.placeholder((bags, per_bag), "int64", name="ids")
+    table = te.placeholder((vocab, dim), "float32", name="table")
+    k = te.reduce_axis((0, per_bag), name="k")
+    y = te.compute((bags, dim), lambda b, d: te.sum(table[ids[b, k], d], axis=k), name="Y")
+
+    def library(ids: np.ndarray, table: np.ndarray) -> Callable[[], Any]:
+        torch = _torch()
+        tids, ttable = torch.from_numpy(ids), torch.from_numpy(table)
+        return lambda: torch.nn.functional.embedding_bag(tids, ttable, mode="sum")
+
+    return Operator([ids, table], y, flops=bags * per_bag * dim,
+                    reference=lambda ids, table: table[ids].sum(axis=1), library=("PyTorch", library))
+
+
 def _torch() -> Any:
     """PyTorch on the CPU, as a NumPy user would call it (ImportError where it is not installed:
     the kernel then has no library to be timed against)."""

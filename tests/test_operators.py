@@ -40,6 +40,7 @@ SMALL = {  # each example at a shape whose trials take a fraction of a second
     "layer_norm": {"rows": 64, "cols": 96},
     "attention": {"heads": 2, "seq": 64, "dim": 32},
     "mse_loss": {"rows": 64, "cols": 96},
+    "embedding_bag": {"bags": 32, "per_bag": 8, "vocab": 500, "dim": 32},
 }
 
 
