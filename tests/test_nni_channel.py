@@ -18,10 +18,13 @@ PARAMETERS = {"tile_n": [8, 4, 8], "tile_m": [16, 4, 4], "tile_k": [32, 8], "blo
 
 class Keeper:
     """NNI's trial keeper's side of the channel: records each PUT, answers GETs with the parameter
-    record after ``waits`` 408s (or 410 when ``closed``)."""
+    record after ``waits`` 408s (or 410 when ``closed``). With ``jobs``, it is also the experiment's
+    manager, whose REST API gives each job's record (``None``: none stored yet) and whose channels
+    are under ``/env/``."""
 
-    def __init__(self, record: dict, waits: int = 2, closed: bool = False) -> None:
+    def __init__(self, record: dict, waits: int = 2, closed: bool = False, jobs: dict | None = None) -> None:
         self.puts: list[bytes] = []
+        self.rest_gets = 0
         keeper = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -32,12 +35,26 @@ class Keeper:
 
             def do_GET(self) -> None:
                 nonlocal waits
+                if self.path.startswith("/api/v1/nni/"):
+                    keeper.rest_gets += 1
+                    job = self.path.rpartition("/")[2]
+                    if jobs is None or (job != "check-status" and jobs.get(job) is None):
+                        self.send_response(404)
+                        self.end_headers()
+                        return
+                    answer = {"status": "RUNNING"} if job == "check-status" else \
+                        {"trialJobId": job, "status": "RUNNING", "hyperParameters": [json.dumps(jobs[job])]}
+                    self._send(answer)
+                    return
                 if closed or waits:
                     waits -= 1
                     self.send_response(410 if closed else 408)
                     self.end_headers()
                     return
-                body = json.dumps({"type": "parameter", "parameter": json.dumps(record)}).encode()
+                self._send({"type": "parameter", "parameter": json.dumps(record)})
+
+            def _send(self, answer: dict) -> None:
+                body = json.dumps(answer).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -47,7 +64,7 @@ class Keeper:
                 pass
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/trial"
+        self.url = f"http://127.0.0.1:{self.server.server_port}" + ("/env/Env1/Ab3xY" if jobs is not None else "/trial")
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
@@ -97,6 +114,41 @@ def test_a_record_json_tricks_encoded_is_decoded_by_nni(monkeypatch):
         assert nni_channel.next_parameters() == {"s": {1, 2}}
     finally:
         server.close()
+
+
+def test_a_trial_runs_its_own_jobs_record_where_nni_handed_it_another_jobs(keeper, monkeypatch):
+    """NNI 3.0 hands the next record in line to whichever trial asks first (microsoft/nni#5726):
+    the trial runs the record the manager keeps for its job, which the web UI shows, and reports
+    that record's id, waiting for the record where the manager has not stored it yet."""
+    handed = {"parameter_id": 8, "parameter_source": "algorithm", "parameters": {"tile_n": [1, 1, 256]},
+              "parameter_index": 0}
+    own = {"parameter_id": 7, "parameter_source": "algorithm", "parameters": PARAMETERS, "parameter_index": 0}
+    jobs = {"Ab3xY": None}
+    manager = Keeper(handed, waits=0, jobs=jobs)
+    monkeypatch.setenv(nni_channel.ENV, manager.url)
+    threading.Timer(0.3, jobs.update, [{"Ab3xY": own}]).start()  # stored as the trial starts
+    try:
+        assert nni_channel.next_parameters() == PARAMETERS
+        nni_channel.report_final({"default": 0.5, "status": "NO_ERROR"})
+        metric = json.loads(json.loads(manager.puts[-1])["metric"])
+        assert metric["parameter_id"] == 7 and metric["trial_job_id"] == "Ab3xY"
+        assert manager.rest_gets > 2
+    finally:
+        manager.close()
+
+
+def test_a_channel_without_the_managers_api_beside_it_keeps_the_record_it_hands(monkeypatch):
+    """A remote machine's trial keeper serves the channel without NNI's REST API: the trial runs
+    what the channel handed it, asking the API once."""
+    handed = {"parameter_id": 8, "parameter_source": "algorithm", "parameters": PARAMETERS, "parameter_index": 0}
+    keeper_only = Keeper(handed, waits=0, jobs=None)
+    monkeypatch.setenv(nni_channel.ENV, keeper_only.url.replace("/trial", "/env/Env1/Ab3xY"))
+    monkeypatch.setenv("NNI_TRIAL_JOB_ID", "Ab3xY")
+    try:
+        assert nni_channel.next_parameters() == PARAMETERS
+        assert keeper_only.rest_gets == 1
+    finally:
+        keeper_only.close()
 
 
 def test_a_closed_channel_gives_no_parameters(monkeypatch):

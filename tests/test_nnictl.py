@@ -208,6 +208,23 @@ def test_cpu_quickstart_experiment_measures_real_kernels(quickstart):
     assert len(measured) >= 0.9 * len(feasible), [r for r in feasible if r not in measured]
 
 
+@pytest.mark.slow(seconds=1)
+def test_each_trial_runs_and_reports_the_parameters_its_job_shows(quickstart):
+    """NNI 3.0 hands parameters to whichever trial asks first (microsoft/nni#5726), so a trial's
+    job record, which the web UI shows beside its result, could hold another trial's: each trial
+    runs its own job's record (``trial_code.nni_channel``), so each reported parameter id is the
+    one its job shows, and each of the tuner's records was run once."""
+    import sqlite3
+
+    with sqlite3.connect(quickstart.folder / "db" / "nni.sqlite") as db:
+        shown = {job: json.loads(data)["parameter_id"] for job, data in db.execute(
+            "SELECT trialJobId, data FROM TrialJobEvent WHERE event = 'RUNNING' AND data IS NOT NULL")}
+        reported = dict(db.execute("SELECT trialJobId, CAST(parameterId AS INTEGER) FROM MetricData "
+                                   "WHERE type = 'FINAL'"))
+    assert reported == shown
+    assert sorted(reported.values()) == list(range(len(quickstart.results)))
+
+
 @pytest.mark.slow(seconds=20)
 def test_export_rebuilds_and_remeasures_the_best_of_a_stopped_experiment(quickstart, tmp_path):
     """``nni_opevo_tools.export`` reads the stopped experiment's own database (NNI is not running),

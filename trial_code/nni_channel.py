@@ -9,18 +9,32 @@ so the trial speaks it here with the standard library, sending what ``nni.get_ne
 ``nni.report_final_result`` send. Kept by hand for that cost; anything else goes through nni
 itself: another platform's channel, or a parameter record that json_tricks encoded (its markers
 start with ``__``).
+
+NNI 3.0's local training service hands out parameters in the order it was given them, to
+whichever trial asks first (``training_service/v3/compat.js``), not to the trial job whose record
+holds them: two trials started together can swap, and the web UI then shows each beside the
+other's result (microsoft/nni#5726). Where the channel is the experiment's own server (a local
+trial: its URL is that server's ``/env/<environment>/<trial>``), a trial runs the record of its
+own job instead, read from the server's REST API as the web UI reads it: each record is still
+run once, and what the web UI, NNI's trial-end events and the result say of a trial agree.
 """
 from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
 ENV = "NNI_TRIAL_COMMAND_CHANNEL"
 ASK_AGAIN, CLOSED = 408, 410
 """The channel's answers to a GET with no command yet (the trial asks again) and after it closed."""
+CHANNELS = "/env/"
+"""Where the experiment's server serves its trials' channels: the REST API is beside it."""
+RECORD_WAIT_S = 10.0
+"""How long a trial waits for its job's record: NNI's manager stores it as the job starts."""
 
 _parameter_id: int | None = None
 
@@ -64,15 +78,45 @@ def next_parameters() -> dict[str, Any] | None:
         return None
     if reply.get("type") != "parameter":
         raise OSError(f"NNI's trial command channel sent {reply.get('type')!r} where parameters were due")
-    text = reply["parameter"]
+    record = _decoded(_own_record(url) or reply["parameter"])
+    _parameter_id = record["parameter_id"]
+    return record["parameters"]
+
+
+def _decoded(text: str) -> dict[str, Any]:
     if "__" in text:  # json_tricks' encoding of a non-JSON value: nni decodes it
         import nni
 
-        record = nni.load(text)
-    else:
-        record = json.loads(text)
-    _parameter_id = record["parameter_id"]
-    return record["parameters"]
+        return nni.load(text)
+    return json.loads(text)
+
+
+def _own_record(url: str) -> str | None:
+    """The parameter record NNI's manager keeps for this trial's job (the one its web UI shows),
+    from the REST API of the server that serves the channel; None where that server has no such
+    API (a remote machine's trial keeper) or the record does not come within ``RECORD_WAIT_S``."""
+    base, served, _ = url.partition(CHANNELS)
+    job = os.environ.get("NNI_TRIAL_JOB_ID", "")
+    if not served or not job or _rest(f"{base}/api/v1/nni/check-status") is None:
+        return None
+    address = f"{base}/api/v1/nni/trial-jobs/{urllib.parse.quote(job, safe='')}"
+    deadline = time.monotonic() + RECORD_WAIT_S
+    while time.monotonic() < deadline:
+        found = _rest(address)
+        records = found.get("hyperParameters") if isinstance(found, dict) else None
+        if records and isinstance(records[0], str):
+            return records[0]
+        time.sleep(0.05)
+    return None
+
+
+def _rest(address: str) -> Any:
+    """The JSON a GET of ``address`` answers, or None where it fails."""
+    try:
+        with urllib.request.urlopen(address, timeout=RECORD_WAIT_S) as reply:
+            return json.loads(reply.read())
+    except (OSError, ValueError):
+        return None
 
 
 def _plain(value: Any) -> Any:
