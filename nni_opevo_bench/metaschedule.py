@@ -121,6 +121,22 @@ def allocate_with_positions(positions: dict[tuple, list[tuple[int, int] | None]]
     return repeated
 
 
+def index_positions(workloads: list[Workload]) -> dict[tuple, list[tuple[int, int] | None]]:
+    """For each of ``workloads`` with an input that indexes a tensor: its kernel's arguments
+    (``_argument_key``) -> each input's positions (least, greatest) or None
+    (``allocate_with_positions``' table)."""
+    from trial_code import measure
+
+    found = {}
+    for workload in workloads:
+        ranges = measure.signature(workload).ranges
+        if any(ranges):
+            tensors = for_workload(workload).compute(workload)
+            key = _argument_key([["TENSOR", str(t.dtype), [int(d) for d in t.shape]] for t in tensors])
+            found[key] = [(r.low, r.high) if r else None for r in ranges]
+    return found
+
+
 def _argument_key(args_info: list[Any]) -> tuple:
     """A kernel's arguments as MetaSchedule describes them (``["TENSOR", dtype, shape]`` each), hashable."""
     return tuple((str(info[1]), tuple(int(d) for d in info[2])) for info in args_info)
@@ -173,10 +189,7 @@ def _tune(tasks: list[tuple[str, Workload, int]], target: Target, limits: Limits
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
-    from trial_code import (
-        kernel,  # sets the thread count that the runner processes it starts inherit
-        measure,
-    )
+    from trial_code import kernel  # sets the thread count that the runner processes it starts inherit
 
     settings = options(spec)
     flops = [for_workload(workload).flops(workload) for _, workload, _ in tasks]
@@ -201,13 +214,7 @@ def _tune(tasks: list[tuple[str, Workload, int]], target: Target, limits: Limits
 
     load_tensor_intrinsics()
     host = tvm.target.Target(kernel.for_host(target).tvm_target())
-    positions = {}
-    for _, workload, _ in tasks:
-        ranges = measure.signature(workload).ranges
-        if any(ranges):
-            tensors = for_workload(workload).compute(workload)
-            key = _argument_key([["TENSOR", str(t.dtype), [int(d) for d in t.shape]] for t in tensors])
-            positions[key] = [(r.low, r.high) if r else None for r in ranges]
+    positions = index_positions([workload for _, workload, _ in tasks])
     runner = ms.runner.LocalRunner(
         timeout_sec=limits.run_timeout,
         f_alloc_argument=functools.partial(allocate_with_positions, positions) if positions else None,

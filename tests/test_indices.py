@@ -13,8 +13,7 @@ import pytest
 from cuda_build import H100, registers_only
 from feasible import exported, runs_and_matches
 
-from trial_code import constraint, measure, operators, targets, workloads
-from trial_code.evaluate import Limits
+from trial_code import constraint, kernel, measure, operators, targets, workloads
 from trial_code.indices import IndexRange, index_ranges
 from trial_code.templates import for_workload
 
@@ -204,12 +203,28 @@ def test_a_computation_of_floats_alone_has_no_index_to_read():
     assert index_ranges([x, te.compute((8,), lambda i: x[i, 7 - i], name="Y")]) == [None]
 
 
-@pytest.mark.slow(seconds=30)
-def test_metaschedule_runs_a_gathers_kernels_on_positions_inside_the_table(indexed):
-    """The operators page's peer gets what the trials get: TVM's own fill would write the bits of
-    floats into the ids, and every kernel would read outside the table (RUNTIME_DEVICE)."""
+@pytest.mark.slow(seconds=8)
+def test_metaschedule_runs_a_gathers_kernel_on_positions_inside_the_table(indexed, tmp_path):
+    """The operators page's peer gets what the trials get: its runner, given the table that
+    ``metaschedule._tune`` gives it, runs a gather's kernel on ids inside the table; with TVM's own
+    fill, which writes the bits of floats into the ids, the kernel reads outside it and fails."""
+    import functools
+
+    import tvm
+    from tvm import te
+    from tvm.s_tir import meta_schedule as ms
+
     from nni_opevo_bench import metaschedule
 
-    measured = metaschedule.run(indexed("embedding_bag"), CPU, Limits(repeat=1, min_repeat_ms=1),
-                                "metaschedule:num_trials_per_iter=4", 0, 4)
-    assert len(measured) == 4 and all(m.status == "NO_ERROR" and m.tflops > 0 for m in measured), measured
+    workload = indexed("embedding_bag")
+    positions = metaschedule.index_positions([workload, workloads.lookup("MM_small")])
+    assert list(positions.values()) == [[(0, 499), None]]  # the gather's ids; nothing of the MatMul's
+    function = te.create_prim_func(for_workload(workload).compute(workload))
+    tvm.compile(tvm.IRModule({"main": function}), target=kernel.for_host(CPU).tvm_target()).export_library(
+        str(tmp_path / "k.so"))
+    arguments = ms.arg_info.ArgInfo.from_prim_func(function)
+    for allocate, ran in ((functools.partial(metaschedule.allocate_with_positions, positions), True), (None, False)):
+        runner = ms.runner.LocalRunner(timeout_sec=60, f_alloc_argument=allocate)
+        (future,) = runner.run([ms.runner.RunnerInput(str(tmp_path / "k.so"), "cpu", arguments)])
+        result = future.result()
+        assert (result.error_msg is None and len(result.run_secs) > 0) == ran, result.error_msg
