@@ -189,11 +189,16 @@ def test_a_loaded_gather_refuses_a_position_outside_its_tensor(indexed, tmp_path
             loaded(ids, table)
 
 
-def test_a_range_check_names_the_first_value_outside():
+def test_a_range_check_names_the_first_value_outside_as_given():
+    """Checked before the conversion to the input's type, where 2^32 + 3 would wrap to 3 in an
+    int32 and NaN become any integer."""
     found = IndexRange("ids", 0, 9, "table's axis 0")
     found.check(np.arange(10))
-    with pytest.raises(ValueError, match="input ids holds 12, outside 0..9"):
-        found.check(np.array([3, 12, -4]))
+    found.check(np.array([0.0, 9.0]))
+    for given, named in ((np.array([3, 12, -4]), "12"), (np.array([2 ** 32 + 3]), str(2 ** 32 + 3)),
+                         (np.array([1.0, np.nan]), "nan"), (np.array([np.inf]), "inf")):
+        with pytest.raises(ValueError, match=f"^input ids holds {named}, outside 0..9"):
+            found.check(given)
 
 
 def test_a_computation_of_floats_alone_has_no_index_to_read():

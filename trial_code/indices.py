@@ -45,11 +45,13 @@ class IndexRange:
     """The first tensor axis that bounds it, for messages: ``table's axis 0``."""
 
     def check(self, values: np.ndarray) -> None:
-        """ValueError naming the input where any of ``values`` is outside the range."""
-        if values.size and (values.min() < self.low or values.max() > self.high):
-            outside = values[(values < self.low) | (values > self.high)].flat[0]
-            raise ValueError(f"input {self.name} holds {outside}, outside {self.low}..{self.high}, the positions "
-                             f"of {self.indexes} it indexes")
+        """ValueError naming the input where any of ``values`` (as given, before their conversion
+        to the input's type, which would wrap a value past it and turn NaN into any integer) is
+        outside the range, or is not a number."""
+        outside = ~((values >= self.low) & (values <= self.high))
+        if outside.any():
+            raise ValueError(f"input {self.name} holds {values[outside].flat[0]}, outside {self.low}..{self.high}, "
+                             f"the positions of {self.indexes} it indexes")
 
 
 def index_ranges(tensors: list[Any]) -> list[IndexRange | None]:
