@@ -41,6 +41,7 @@ from trial_code import constraint, targets, workloads
 from trial_code.cli import add_number, description, workload_from
 from trial_code.evaluate import evaluate
 from trial_code.files import FolderBusy
+from trial_code.indices import index_ranges
 from trial_code.templates import for_workload
 from trial_code.workloads import Workload
 
@@ -73,7 +74,8 @@ FIRST_DRAWS = 20_000
 def first_trial(workload: Workload, target: str) -> None:
     """A user's operator, tried before NNI starts: its template derived (the module imported, the
     computation read), one configuration its check admits built, run and checked against its
-    reference. ValueError with one line when any of it fails."""
+    reference, and the positions each input that indexes a tensor is drawn among said.
+    ValueError with one line when any of it fails."""
     resolved = targets.resolve(target)
     template = for_workload(workload)
     template.space(workload, "cuda" if resolved.kind == "cuda" else "cpu")
@@ -88,6 +90,9 @@ def first_trial(workload: Workload, target: str) -> None:
         detail = " ".join(result.error.split())[-400:]
         raise ValueError(f"operator {workload.shape['operator']}: a first configuration ended {result.status.name}"
                          f": {detail}")
+    for found in filter(None, index_ranges(template.compute(workload))):
+        print(f"{workload.name}: input {found.name} is drawn among {found.low}..{found.high}, the positions of "
+              f"{found.indexes} it indexes", flush=True)
     print(f"{workload.name}: a first configuration built and matched its reference "
           f"({result.tflops * 1e3:.2f} GFLOPS); starting NNI", flush=True)
 

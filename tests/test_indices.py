@@ -233,3 +233,15 @@ def test_metaschedule_runs_a_gathers_kernel_on_positions_inside_the_table(indexe
         (future,) = runner.run([ms.runner.RunnerInput(str(tmp_path / "k.so"), "cpu", arguments)])
         result = future.result()
         assert (result.error_msg is None and len(result.run_secs) > 0) == ran, result.error_msg
+
+
+def test_the_launcher_says_which_positions_each_index_is_drawn_among(indexed, capsys):
+    """Before NNI starts, the user reads what the check read of the computation."""
+    from nni_opevo_tools import launch
+
+    workload = indexed("permuted")
+    launch.first_trial(workload, "cpu")
+    out = capsys.readouterr().out
+    assert f"{workload.name}: input ids is drawn among 0..99, the positions of table's axis 0 it indexes" in out
+    assert f"{workload.name}: input order is drawn among 0..31, the positions of ids's axis 0 it indexes" in out
+    assert out.index("drawn among") < out.index("a first configuration built and matched its reference")
