@@ -100,13 +100,14 @@ def prepare_builder() -> None:
     fast_math.register(tvm)
 
 
-def allocate_with_positions(positions: dict[tuple, list[tuple[int, int] | None]], device: Any,
+def allocate_with_positions(positions: dict[tuple, list[tuple[Any, Any] | None]], device: Any,
                             args_info: list[Any], alloc_repeat: int) -> list[list[Any]]:
     """The runner's arguments (a module-level function, so its pool can take it): MetaSchedule's
     own random fill, except that an input the computation indexes a tensor by holds positions
     inside that tensor (``trial_code.indices``), as the trials' inputs do. TVM's fill writes the
     bits of floats from 1 to 10 into integers, whose gathers would read far outside the tensor.
-    ``positions``: each such workload's arguments (``_argument_key``) -> its inputs' ranges."""
+    ``positions``: each such workload's arguments (``_argument_key``) -> each input's least and
+    greatest values (``trial_code.indices.bounds``) or None."""
     import numpy as np
     from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument
 
@@ -121,19 +122,20 @@ def allocate_with_positions(positions: dict[tuple, list[tuple[int, int] | None]]
     return repeated
 
 
-def index_positions(workloads: list[Workload]) -> dict[tuple, list[tuple[int, int] | None]]:
+def index_positions(workloads: list[Workload]) -> dict[tuple, list[tuple[Any, Any] | None]]:
     """For each of ``workloads`` with an input that indexes a tensor: its kernel's arguments
-    (``_argument_key``) -> each input's positions (least, greatest) or None
+    (``_argument_key``) -> each input's least and greatest values, or None
     (``allocate_with_positions``' table)."""
     from trial_code import measure
+    from trial_code.indices import bounds
 
     found = {}
     for workload in workloads:
-        ranges = measure.signature(workload).ranges
-        if any(ranges):
+        sign = measure.signature(workload)
+        if any(sign.ranges):
             tensors = for_workload(workload).compute(workload)
             key = _argument_key([["TENSOR", str(t.dtype), [int(d) for d in t.shape]] for t in tensors])
-            found[key] = [(r.low, r.high) if r else None for r in ranges]
+            found[key] = [bounds(r, shape, dtype) for r, (shape, dtype) in zip(sign.ranges, sign.inputs)]
     return found
 
 

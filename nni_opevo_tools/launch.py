@@ -90,9 +90,9 @@ def first_trial(workload: Workload, target: str) -> None:
         detail = " ".join(result.error.split())[-400:]
         raise ValueError(f"operator {workload.shape['operator']}: a first configuration ended {result.status.name}"
                          f": {detail}")
-    for found in filter(None, index_ranges(template.compute(workload))):
-        print(f"{workload.name}: input {found.name} is drawn among {found.low}..{found.high}, the positions of "
-              f"{found.indexes} it indexes", flush=True)
+    for found in (part for parts in index_ranges(template.compute(workload)) for part in parts):
+        print(f"{workload.name}: input {found.name}{found.shown} is drawn among {found.low}..{found.high}, the "
+              f"positions of {found.indexes} it indexes", flush=True)
     print(f"{workload.name}: a first configuration built and matched its reference "
           f"({result.tflops * 1e3:.2f} GFLOPS); starting NNI", flush=True)
 

@@ -23,7 +23,7 @@ CPU = targets.cpu()
 
 INDEXED = """
     import numpy as np
-    from tvm import te
+    from tvm import te, topi
     from trial_code.operators import Operator
 
     def embedding(tokens=64, vocab=1000, dim=32, ids="int32"):
@@ -84,13 +84,18 @@ INDEXED = """
         y = te.compute((tokens, dim), lambda t, d: table[te.if_then_else(i[t] < 0, 0, i[t]), d], name="Y")
         return Operator([i, table], y, flops=tokens * dim)
 
+    def gather_nd(picks=48, rows=32, cols=64):
+        x = te.placeholder((rows, cols), "float32", name="X")
+        i = te.placeholder((2, picks), "int32", name="idx")
+        return Operator([x, i], topi.gather_nd(x, i), flops=picks, reference=lambda x, i: x[i[0], i[1]])
+
     def narrow(tokens=32, vocab=300, dim=16, shift=500):
         i = te.placeholder((tokens,), "int8", name="ids")
         table = te.placeholder((vocab, dim), "float32", name="table")
         y = te.compute((tokens, dim), lambda t, d: table[i[t] + shift, d], name="Y")
         return Operator([i, table], y, flops=tokens * dim)
 """
-GATHERS = ("embedding", "embedding_bag", "columns", "strided", "shifted", "permuted", "clamped")
+GATHERS = ("embedding", "embedding_bag", "columns", "strided", "shifted", "permuted", "clamped", "gather_nd")
 
 
 @pytest.fixture
@@ -99,8 +104,15 @@ def indexed(operator_module):
     return operator_module("indexed", INDEXED)
 
 
-def _ranges(workload: workloads.Workload) -> list[tuple[int, int] | None]:
-    return [(r.low, r.high) if r else None for r in measure.signature(workload).ranges]
+def _ranges(workload: workloads.Workload) -> list:
+    """Each input's positions: None where it indexes nothing, (least, greatest) where one range
+    holds for all of it, else each part's (where, least, greatest)."""
+    found = []
+    for parts in measure.signature(workload).ranges:
+        whole = len(parts) == 1 and all(w is None for w in parts[0].where)
+        found.append(None if not parts else (parts[0].low, parts[0].high) if whole else
+                     sorted((r.where, r.low, r.high) for r in parts))
+    return found
 
 
 def test_each_input_that_indexes_a_tensor_holds_the_positions_that_keep_every_index_inside_it(indexed):
@@ -114,7 +126,9 @@ def test_each_input_that_indexes_a_tensor_holds_the_positions_that_keep_every_in
     assert _ranges(indexed("shifted")) == [(-1, 98), None]  # through the stage that adds 1
     assert _ranges(indexed("permuted")) == [(0, 99), (0, 31), None]  # order indexes ids, ids the table
     assert _ranges(indexed("clamped")) == [None, None]
-    assert measure.signature(workloads.lookup("MM_small")).ranges == (None, None)
+    assert measure.signature(workloads.lookup("MM_small")).ranges == ((), ())
+    # TOPI's gather_nd: row 0 of the indices indexes the rows, row 1 the columns
+    assert _ranges(indexed("gather_nd")) == [None, [((0, None), 0, 31), ((1, None), 0, 63)]]
 
 
 @pytest.mark.parametrize("name, message", [
@@ -191,7 +205,11 @@ def test_a_loaded_gather_refuses_a_position_outside_its_tensor(indexed, tmp_path
 
 def test_a_range_check_names_the_first_value_outside_as_given():
     """Checked before the conversion to the input's type, where 2^32 + 3 would wrap to 3 in an
-    int32 and NaN become any integer."""
+    int32 and NaN become any integer; a range of a part of the input checks that part."""
+    row = IndexRange("idx", 0, 31, "X's axis 0", (0, None))
+    row.check(np.array([[31, 0], [63, 63]]))
+    with pytest.raises(ValueError, match=r"^input idx\[0, :\] holds 63, outside 0..31, the positions of X's axis 0"):
+        row.check(np.array([[1, 63], [2, 2]]))
     found = IndexRange("ids", 0, 9, "table's axis 0")
     found.check(np.arange(10))
     found.check(np.array([0.0, 9.0]))
@@ -205,7 +223,7 @@ def test_a_computation_of_floats_alone_has_no_index_to_read():
     from tvm import te
 
     x = te.placeholder((8, 8), "float32", name="X")
-    assert index_ranges([x, te.compute((8,), lambda i: x[i, 7 - i], name="Y")]) == [None]
+    assert index_ranges([x, te.compute((8,), lambda i: x[i, 7 - i], name="Y")]) == [()]
 
 
 @pytest.mark.slow(seconds=8)
@@ -223,7 +241,8 @@ def test_metaschedule_runs_a_gathers_kernel_on_positions_inside_the_table(indexe
 
     workload = indexed("embedding_bag")
     positions = metaschedule.index_positions([workload, workloads.lookup("MM_small")])
-    assert list(positions.values()) == [[(0, 499), None]]  # the gather's ids; nothing of the MatMul's
+    (((low, high), table),) = positions.values()  # the gather's ids; nothing of the MatMul's
+    assert table is None and low.shape == high.shape == (16, 4) and (low == 0).all() and (high == 499).all()
     function = te.create_prim_func(for_workload(workload).compute(workload))
     tvm.compile(tvm.IRModule({"main": function}), target=kernel.for_host(CPU).tvm_target()).export_library(
         str(tmp_path / "k.so"))

@@ -800,7 +800,8 @@ def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
             inputs = precision.random_inputs(
                 [(tuple(int(d) for d in t.shape), precision.numpy_dtype(str(t.dtype))) for t in op.inputs],
                 np.random.default_rng(1),
-                [r and (r.low, r.high) for r in indices.index_ranges([*op.inputs, op.output])])
+                [indices.bounds(r, tuple(int(d) for d in t.shape), precision.numpy_dtype(str(t.dtype)))
+                 for r, t in zip(indices.index_ranges([*op.inputs, op.output]), op.inputs)])
             expected = op.reference(*(x.astype(np.int64 if np.issubdtype(x.dtype, np.integer) else np.float64)
                                       for x in inputs))
             allowed = precision.tolerance([*op.inputs, op.output]).relative

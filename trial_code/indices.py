@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -36,37 +36,73 @@ ARITHMETIC = {"prim.Add": "__add__", "prim.Sub": "__sub__", "prim.Mul": "__mul__
 
 @dataclass(frozen=True)
 class IndexRange:
-    """The values the input ``name`` may hold (``low`` to ``high``, both included), and what it indexes."""
+    """The values the input ``name`` may hold (``low`` to ``high``, both included) at ``where``,
+    and what it indexes there."""
 
     name: str
     low: int
     high: int
     indexes: str
     """The first tensor axis that bounds it, for messages: ``table's axis 0``."""
+    where: tuple[int | None, ...] = ()
+    """The part of the input one load reads: per axis of the input, a constant position or None
+    for every one (TOPI's ``gather_nd`` reads row 0 of its indices for one axis and row 1 for the
+    next); empty for the whole input."""
+
+    @property
+    def part(self) -> tuple[int | slice, ...]:
+        """``where`` as NumPy indexes it."""
+        return tuple(slice(None) if w is None else w for w in self.where)
+
+    @property
+    def shown(self) -> str:
+        """``where`` as a message writes it: ``[1, :]``, or nothing for the whole input."""
+        return "" if all(w is None for w in self.where) else \
+            "[" + ", ".join(":" if w is None else str(w) for w in self.where) + "]"
 
     def check(self, values: np.ndarray) -> None:
         """ValueError naming the input where any of ``values`` (as given, before their conversion
         to the input's type, which would wrap a value past it and turn NaN into any integer) is
         outside the range, or is not a number."""
-        outside = ~((values >= self.low) & (values <= self.high))
-        if outside.any():
-            raise ValueError(f"input {self.name} holds {values[outside].flat[0]}, outside {self.low}..{self.high}, "
-                             f"the positions of {self.indexes} it indexes")
+        held = values[self.part]
+        outside = ~((held >= self.low) & (held <= self.high))
+        if np.any(outside):
+            raise ValueError(f"input {self.name}{self.shown} holds {np.asarray(held)[outside].flat[0]}, outside "
+                             f"{self.low}..{self.high}, the positions of {self.indexes} it indexes")
 
 
-def index_ranges(tensors: list[Any]) -> list[IndexRange | None]:
+def bounds(ranges: tuple[IndexRange, ...], shape: tuple[int, ...], dtype: np.dtype
+           ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each element's least and greatest value (arrays of ``shape``) for an input of ``dtype`` held
+    to ``ranges``: every range over the part it bounds, the values of ``precision.integer_range``
+    elsewhere; None where ``ranges`` is empty."""
+    if not ranges:
+        return None
+    default = integer_range(dtype)
+    low, high = np.full(shape, default[0], np.int64), np.full(shape, default[1], np.int64)
+    covered = np.zeros(shape, bool)
+    for found in ranges:
+        part = found.part
+        low[part] = np.where(covered[part], np.maximum(low[part], found.low), found.low)
+        high[part] = np.where(covered[part], np.minimum(high[part], found.high), found.high)
+        covered[part] = True
+    return low, high
+
+
+def index_ranges(tensors: list[Any]) -> list[tuple[IndexRange, ...]]:
     """For each input of the TE ``tensors`` (the inputs, then the output): the values it may hold
-    where it indexes a tensor, else None. ValueError, one line, where an input indexes a tensor
-    in a way no value of its type or no checkable range keeps inside the tensor."""
+    where it indexes a tensor, one range for each part of it a load reads (empty where it indexes
+    nothing). ValueError, one line, where an input indexes a tensor in a way no value of its type
+    or no checkable range keeps inside the tensor."""
     from tvm import te
 
     inputs, output = tensors[:-1], tensors[-1]
     integer = {t.op: t for t in inputs if is_integer(str(t.dtype))}
     if not integer:
-        return [None] * len(inputs)
-    solved: dict[Any, IndexRange] = {}
+        return [()] * len(inputs)
+    solved: dict[tuple[Any, tuple[int | None, ...]], IndexRange] = {}
     unsolved: list[tuple[Any, dict[Any, Any], list[tuple[Any, Any]], int, str]] = []
-    for op, bounds in _stages(output, te):
+    for op, axes in _stages(output, te):
         for tensor, indices in _loads(op):
             for axis, index in enumerate(indices):
                 extent = int(tensor.shape[axis])
@@ -82,28 +118,32 @@ def index_ranges(tensors: list[Any]) -> list[IndexRange | None]:
                     continue  # an index of the axes alone, or of floats, which no integer input decides
                 if not values:
                     continue
-                found = _solve(expr, values, bounds, extent, where) if len(values) == 1 else None
+                found = _solve(expr, values, axes, extent, where) if len(values) == 1 else None
                 if found is None:
-                    unsolved.append((expr, values, bounds, extent, where))
+                    unsolved.append((expr, values, axes, extent, where))
                     continue
-                placeholder, found = found
-                known = solved.get(placeholder)
+                known = solved.get((found.name, found.where))
                 if known is not None:
-                    found = IndexRange(known.name, max(known.low, found.low), min(known.high, found.high),
-                                       known.indexes)
-                solved[placeholder] = found
-    for placeholder, found in solved.items():
-        dtype = str(integer[placeholder].dtype)
-        info = np.iinfo(numpy_dtype(dtype))
-        clipped = IndexRange(found.name, max(found.low, int(info.min)), min(found.high, int(info.max)),
-                             found.indexes)
-        if clipped.low > clipped.high:
-            raise ValueError(f"input {found.name} ({dtype}) indexes {found.indexes}, but no value of it keeps the "
-                             "index inside that axis")
-        solved[placeholder] = clipped
-    for expr, values, bounds, extent, where in unsolved:
-        _check_within(expr, values, bounds, integer, solved, extent, where)
-    return [solved.get(t.op) for t in inputs]
+                    found = replace(known, low=max(known.low, found.low), high=min(known.high, found.high))
+                solved[(found.name, found.where)] = found
+    by_input = {t.op.name: t for t in integer.values()}
+    found_ranges: dict[str, tuple[IndexRange, ...]] = {}
+    for (name, _), found in solved.items():
+        dtype = numpy_dtype(str(by_input[name].dtype))
+        info = np.iinfo(dtype)
+        found_ranges[name] = (*found_ranges.get(name, ()),
+                              replace(found, low=max(found.low, int(info.min)), high=min(found.high, int(info.max))))
+    held = {}
+    for name, ranges in found_ranges.items():
+        tensor = by_input[name]
+        low, high = bounds(ranges, tuple(int(d) for d in tensor.shape), numpy_dtype(str(tensor.dtype)))
+        if np.any(low > high):
+            raise ValueError(f"input {name} ({tensor.dtype}) indexes {ranges[0].indexes}, but no value of it keeps "
+                             "the index inside that axis")
+        held[name] = (low, high)
+    for expr, values, axes, extent, where in unsolved:
+        _check_within(expr, values, axes, integer, held, extent, where)
+    return [found_ranges.get(t.op.name, ()) for t in inputs]
 
 
 class _Opaque(Exception):
@@ -160,7 +200,8 @@ def _is_load(node: Any) -> bool:
 
 def _abstract(index: Any, integer: dict[Any, Any]) -> tuple[Any, dict[Any, Any]]:
     """``index`` in 64-bit arithmetic with each load of an integer input replaced by a variable
-    standing for its value, and which input each variable stands for. A load of an integer
+    standing for its value, and which input and which part of it (``IndexRange.where``) each
+    variable stands for. A load of an integer
     element-wise stage is replaced by what it computes (``pos[i]`` of ``pos = ids[i] + 1``), and
     integer casts are dropped: a position inside an axis fits every integer type that indexes it.
     _Opaque where the index reads anything else (a reduction's value, a float, a conditional)."""
@@ -174,7 +215,8 @@ def _abstract(index: Any, integer: dict[Any, Any]) -> tuple[Any, dict[Any, Any]]
             tensor = node.args[0]
             if tensor.op in integer:
                 variable = tirx.Var(f"{tensor.op.name}_value", "int64")
-                values[variable] = tensor.op
+                values[variable] = (tensor.op, tuple(int(i.value) if type(i).__tvm_ffi_type_info__.type_key ==
+                                                     "ir.IntImm" else None for i in node.args[1:]))
                 return variable
             op = tensor.op
             if not (isinstance(op, te.ComputeOp) and is_integer(str(tensor.dtype)) and not op.reduce_axis):
@@ -209,49 +251,53 @@ def _reads_integers(index: Any) -> bool:
     return any(_is_load(node) and is_integer(str(node.args[0].dtype)) for node in _nodes(index))
 
 
-def _solve(expr: Any, values: dict[Any, Any], bounds: list[tuple[Any, Any]], extent: int,
-           where: str) -> tuple[Any, IndexRange] | None:
-    """Where ``expr`` is ``a * value + b``, a a constant: the input and the values that keep it
-    in ``[0, extent)`` for every ``b`` the axes reach; else None."""
+def _solve(expr: Any, values: dict[Any, Any], axes: list[tuple[Any, Any]], extent: int,
+           where: str) -> IndexRange | None:
+    """Where ``expr`` is ``a * value + b``, a a constant: the values of the input's part that keep
+    it in ``[0, extent)`` for every ``b`` the axes reach; else None."""
     from tvm import tirx
     from tvm.sym.pattern import detect_linear_equation
 
-    (variable, placeholder), = values.items()
+    (variable, (placeholder, part)), = values.items()
     linear = detect_linear_equation(expr, [variable])
     if len(linear) != 2 or not isinstance(linear[0], tirx.IntImm) or int(linear[0]) == 0:
         return None
-    base = _analyzer(bounds).const_int_bound(linear[1])
+    base = _analyzer(axes).const_int_bound(linear[1])
     scale = int(linear[0])
     # a * value + b in [0, extent) for every b the axes reach: a * value in [-least b, extent - 1 - greatest b]
     first, last = Fraction(-base.min_value, scale), Fraction(extent - 1 - base.max_value, scale)
     if scale < 0:
         first, last = last, first
-    return placeholder, IndexRange(placeholder.name, math.ceil(first), math.floor(last), where)
+    return IndexRange(placeholder.name, math.ceil(first), math.floor(last), where, part)
 
 
-def _analyzer(bounds: list[tuple[Any, Any]]) -> Any:
+def _analyzer(axes: list[tuple[Any, Any]]) -> Any:
     """TVM's arithmetic analyzer with each axis variable bound to its range."""
     from tvm.sym.analyzer import Analyzer
 
     analyzer = Analyzer()
-    for var, dom in bounds:
+    for var, dom in axes:
         analyzer.bind(var, dom)
     return analyzer
 
 
-def _check_within(expr: Any, values: dict[Any, Any], bounds: list[tuple[Any, Any]], integer: dict[Any, Any],
-                  solved: dict[Any, IndexRange], extent: int, where: str) -> None:
-    """ValueError unless ``expr`` stays in ``[0, extent)`` for every value each input is drawn from."""
+def _check_within(expr: Any, values: dict[Any, Any], axes: list[tuple[Any, Any]], integer: dict[Any, Any],
+                  held: dict[str, tuple[np.ndarray, np.ndarray]], extent: int, where: str) -> None:
+    """ValueError unless ``expr`` stays in ``[0, extent)`` for every value each input's part is
+    drawn from (``held``: the solved inputs' element bounds; the others' ``integer_range``)."""
     from tvm.ir import Range
 
-    analyzer = _analyzer(bounds)
-    for variable, placeholder in values.items():
-        known = solved.get(placeholder)
-        low, high = (known.low, known.high) if known else integer_range(numpy_dtype(str(integer[placeholder].dtype)))
+    analyzer = _analyzer(axes)
+    for variable, (placeholder, part) in values.items():
+        if placeholder.name in held:
+            at = tuple(slice(None) if w is None else w for w in part)
+            low, high = int(held[placeholder.name][0][at].min()), int(held[placeholder.name][1][at].max())
+        else:
+            low, high = integer_range(numpy_dtype(str(integer[placeholder].dtype)))
         analyzer.bind(variable, Range(low, high + 1))
     reach = analyzer.const_int_bound(expr)
     if reach.min_value < 0 or reach.max_value >= extent:
-        names = " and ".join(sorted(p.name for p in values.values()))
+        names = " and ".join(sorted({p.name for p, _ in values.values()}))
         raise ValueError(f"{names} index {where} through an expression the check cannot solve for "
                          f"{'their' if len(values) > 1 else 'its'} values and that leaves [0, {extent}): "
                          "index by a constant times one input's value plus the axes, or clamp the index "

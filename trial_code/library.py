@@ -56,9 +56,9 @@ class Kernel:
             if tuple(np.shape(given)) != shape:
                 raise ValueError(f"input {position} of {self.workload.name} must have shape {shape}, "
                                  f"got {tuple(np.shape(given))}")
-            if positions:  # an index outside its tensor would read memory beyond it, not raise
+            for part in positions:  # an index outside its tensor would read memory beyond it, not raise
                 try:
-                    positions.check(np.asarray(given))
+                    part.check(np.asarray(given))
                 except ValueError as e:
                     raise ValueError(f"{self.workload.name}: {e}") from None
         arguments = [tvm.runtime.tensor(np.ascontiguousarray(x, dtype=dtype), self.device)

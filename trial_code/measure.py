@@ -28,7 +28,7 @@ import tvm
 
 from .device_lock import own_folder
 from .files import user_cache
-from .indices import IndexRange, index_ranges
+from .indices import IndexRange, bounds, index_ranges
 from .precision import Tolerance, numpy_dtype, poison, random_inputs, tolerance
 from .targets import Target
 from .templates import for_workload
@@ -58,12 +58,12 @@ class Timing:
 class Signature:
     """A workload's tensors as its kernel takes them: each input's shape and NumPy type, the
     output's, the tolerance of the check (``precision.tolerance``), and for each input that
-    indexes a tensor the positions it may hold (``indices.index_ranges``; None for the others)."""
+    indexes a tensor the positions it may hold (``indices.index_ranges``; none for the others)."""
 
     inputs: list[tuple[tuple[int, ...], np.dtype]]
     output: tuple[tuple[int, ...], np.dtype]
     tolerance: Tolerance
-    ranges: tuple[IndexRange | None, ...]
+    ranges: tuple[tuple[IndexRange, ...], ...]
 
     @property
     def input_bytes(self) -> int:
@@ -95,7 +95,7 @@ def device_of(target: Target) -> Any:
 def _make(workload: Workload, seed: int, sign: Signature | None = None) -> Prepared:
     sign = sign or signature(workload)
     host = random_inputs(sign.inputs, np.random.default_rng(seed),
-                         [(r.low, r.high) if r else None for r in sign.ranges])
+                         [bounds(r, shape, dtype) for r, (shape, dtype) in zip(sign.ranges, sign.inputs)])
     index = sample_indices(sign.output[0], SAMPLES, np.random.default_rng(seed + 1))
     expected, magnitude = for_workload(workload).reference(workload, host, index)
     return Prepared(host, sign, index, expected, magnitude)
@@ -115,7 +115,7 @@ def prepare(workload: Workload, seed: int) -> Prepared:
     if sign.input_bytes > CACHE_LIMIT_BYTES:
         return _make(workload, seed, sign)
     # The positions an index is drawn from are in the key: inputs drawn before they were are not them.
-    positions = [[r.low, r.high] for r in sign.ranges if r]
+    positions = [[r.low, r.high, list(r.where)] for ranges in sign.ranges for r in ranges]
     key = hashlib.sha256(json.dumps([for_workload(workload).identity(workload), seed, SAMPLES,
                                      *([positions] if positions else [])]).encode())
     try:

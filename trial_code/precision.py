@@ -112,11 +112,12 @@ def integer_range(dtype: np.dtype) -> tuple[int, int]:
 
 
 def random_inputs(inputs: list[tuple[tuple[int, ...], np.dtype]], rng: np.random.Generator,
-                  ranges: list[tuple[int, int] | None] | None = None) -> list[np.ndarray]:
+                  ranges: list[tuple[Any, Any] | None] | None = None) -> list[np.ndarray]:
     """Inputs of the given shapes and types: floats uniform in [-1, 1) (float32 and float64 drawn
     in their type, float16 and bfloat16 drawn as float32 and rounded, so the reference starts from
     exactly the values the kernel reads), integers uniform in their ``ranges`` entry (least and
-    greatest: the positions an index may hold) or else ``integer_range``."""
+    greatest, numbers or arrays of each element's: the positions an index may hold,
+    ``indices.bounds``) or else ``integer_range``."""
     found = []
     for (shape, dtype), given in zip(inputs, ranges or [None] * len(inputs)):
         if np.issubdtype(dtype, np.integer):
