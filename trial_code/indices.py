@@ -1,17 +1,18 @@
 """Which integer inputs of a computation index a tensor, and the values they may then hold.
 
-A gather (an embedding's rows, ``take`` along an axis, a permutation) reads a tensor at positions
-another input holds. A trial's random inputs must then be positions inside the tensor they index,
-or the kernel reads outside it (wrong numbers on the CPU, a fault on the GPU), and a program that
-calls the exported kernel with a position outside it must be told so rather than get what the
-memory beyond held. The positions are read from the computation itself: wherever an integer
-input's value appears in the index of a load, as ``a * value + b`` with ``a`` a constant and
-``b`` depending on the loop axes only (``table[ids[i], j]``, ``x[i, 2 * idx[j] + 1]``), the
-values that keep every ``b`` inside the indexed axis are its range, intersected over its uses
-of the same part of it (the whole input, or the constant part a load reads: row 0 of
-``gather_nd``'s indices for one axis, row 1 for the next). An index the check cannot solve for the value (two inputs' values added, a clamp, a modulo)
-must stay inside the axis for every value the input is drawn with; otherwise it is refused, in
-one line naming the input, the tensor and its axis.
+A gather (an embedding's rows, ``take`` along an axis, a permutation) reads a tensor at
+positions another input holds. A trial's random inputs must then be positions inside the tensor
+they index, or the kernel reads outside it (wrong numbers on the CPU, a fault on the GPU), and
+a program that calls the exported kernel with a position outside it must be told so rather than
+get what the memory beyond held. The positions are read from the computation itself: wherever
+an integer input's value appears in the index of a load, as ``a * value + b`` with ``a`` a
+constant and ``b`` depending on the loop axes only (``table[ids[i], j]``,
+``x[i, 2 * idx[j] + 1]``), the values that keep every ``b`` inside the indexed axis are its range, intersected over
+its uses of the same part of it (the whole input, or the constant part a load reads: row 0 of
+``gather_nd``'s indices for one axis, row 1 for the next). An index the check cannot solve for
+the value (two inputs' values added, a clamp, a modulo) must stay inside the axis for every
+value the input is drawn with; otherwise it is refused, in one line naming the input, the
+tensor and its axis.
 """
 from __future__ import annotations
 
