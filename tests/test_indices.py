@@ -152,7 +152,7 @@ def test_trials_draw_an_index_among_its_positions_and_the_reference_gets_integer
     assert prepared.host[0].min() == -1 and prepared.host[0].max() == 98
 
 
-@pytest.mark.slow(seconds=6)
+@pytest.mark.slow(seconds=2)
 @pytest.mark.parametrize("name", GATHERS)
 def test_a_gather_runs_and_matches_its_reference_on_the_cpu(indexed, name):
     """Two admitted configurations of each, built, run on drawn positions and checked."""
@@ -161,7 +161,7 @@ def test_a_gather_runs_and_matches_its_reference_on_the_cpu(indexed, name):
         runs_and_matches(workload, CPU, seed)
 
 
-@pytest.mark.slow(seconds=6)
+@pytest.mark.slow(seconds=2)
 @NEEDS_NVCC
 @pytest.mark.parametrize("name", ["embedding", "embedding_bag", "columns", "permuted"])
 def test_a_gather_compiles_for_the_gpu_without_local_memory(indexed, name):
