@@ -133,8 +133,7 @@ def index_positions(workloads: list[Workload]) -> dict[tuple, list[tuple[Any, An
     for workload in workloads:
         sign = measure.signature(workload)
         if any(sign.ranges):
-            tensors = for_workload(workload).compute(workload)
-            key = _argument_key([["TENSOR", str(t.dtype), [int(d) for d in t.shape]] for t in tensors])
+            key = _argument_key([["TENSOR", str(dtype), shape] for shape, dtype in [*sign.inputs, sign.output]])
             found[key] = [bounds(r, shape, dtype) for r, (shape, dtype) in zip(sign.ranges, sign.inputs)]
     return found
 

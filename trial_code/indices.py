@@ -124,28 +124,28 @@ def index_ranges(tensors: list[Any]) -> list[tuple[IndexRange, ...]]:
                 if found is None:
                     unsolved.append((expr, values, axes, extent, where))
                     continue
-                known = solved.get((found.name, found.where))
+                (placeholder, _), = values.values()
+                key = (placeholder, found.where)
+                known = solved.get(key)
                 if known is not None:
                     found = replace(known, low=max(known.low, found.low), high=min(known.high, found.high))
-                solved[(found.name, found.where)] = found
-    by_input = {t.op.name: t for t in integer.values()}
-    found_ranges: dict[str, tuple[IndexRange, ...]] = {}
-    for (name, _), found in solved.items():
-        dtype = numpy_dtype(str(by_input[name].dtype))
-        info = np.iinfo(dtype)
-        found_ranges[name] = (*found_ranges.get(name, ()),
-                              replace(found, low=max(found.low, int(info.min)), high=min(found.high, int(info.max))))
+                solved[key] = found
+    found_ranges: dict[Any, tuple[IndexRange, ...]] = {}
+    for (placeholder, _), found in solved.items():
+        info = np.iinfo(numpy_dtype(str(integer[placeholder].dtype)))
+        found_ranges[placeholder] = (*found_ranges.get(placeholder, ()),
+                                     replace(found, low=max(found.low, int(info.min)), high=min(found.high, int(info.max))))
     held = {}
-    for name, ranges in found_ranges.items():
-        tensor = by_input[name]
+    for placeholder, ranges in found_ranges.items():
+        tensor = integer[placeholder]
         low, high = bounds(ranges, tuple(int(d) for d in tensor.shape), numpy_dtype(str(tensor.dtype)))
         if np.any(low > high):
-            raise ValueError(f"input {name} ({tensor.dtype}) indexes {ranges[0].indexes}, but no value of it keeps "
-                             "the index inside that axis")
-        held[name] = (low, high)
+            raise ValueError(f"input {placeholder.name} ({tensor.dtype}) indexes {ranges[0].indexes}, but no value of "
+                             "it keeps the index inside that axis")
+        held[placeholder] = (low, high)
     for expr, values, axes, extent, where in unsolved:
         _check_within(expr, values, axes, integer, held, extent, where)
-    return [found_ranges.get(t.op.name, ()) for t in inputs]
+    return [found_ranges.get(t.op, ()) for t in inputs]
 
 
 class _Opaque(Exception):
@@ -284,16 +284,16 @@ def _analyzer(axes: list[tuple[Any, Any]]) -> Any:
 
 
 def _check_within(expr: Any, values: dict[Any, Any], axes: list[tuple[Any, Any]], integer: dict[Any, Any],
-                  held: dict[str, tuple[np.ndarray, np.ndarray]], extent: int, where: str) -> None:
+                  held: dict[Any, tuple[np.ndarray, np.ndarray]], extent: int, where: str) -> None:
     """ValueError unless ``expr`` stays in ``[0, extent)`` for every value each input's part is
     drawn from (``held``: the solved inputs' element bounds; the others' ``integer_range``)."""
     from tvm.ir import Range
 
     analyzer = _analyzer(axes)
     for variable, (placeholder, part) in values.items():
-        if placeholder.name in held:
+        if placeholder in held:
             at = tuple(slice(None) if w is None else w for w in part)
-            low, high = int(held[placeholder.name][0][at].min()), int(held[placeholder.name][1][at].max())
+            low, high = int(held[placeholder][0][at].min()), int(held[placeholder][1][at].max())
         else:
             low, high = integer_range(numpy_dtype(str(integer[placeholder].dtype)))
         analyzer.bind(variable, Range(low, high + 1))
