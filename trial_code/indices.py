@@ -54,7 +54,7 @@ class IndexRange:
     @property
     def part(self) -> tuple[int | slice, ...]:
         """``where`` as NumPy indexes it."""
-        return tuple(slice(None) if w is None else w for w in self.where)
+        return _numpy_index(self.where)
 
     @property
     def shown(self) -> str:
@@ -71,6 +71,11 @@ class IndexRange:
         if np.any(outside):
             raise ValueError(f"input {self.name}{self.shown} holds {np.asarray(held)[outside].flat[0]}, outside "
                              f"{self.low}..{self.high}, the positions of {self.indexes} it indexes")
+
+
+def _numpy_index(where: tuple[int | None, ...]) -> tuple[int | slice, ...]:
+    """A part of an input (``IndexRange.where``) as NumPy indexes it."""
+    return tuple(slice(None) if w is None else w for w in where)
 
 
 def bounds(ranges: tuple[IndexRange, ...], shape: tuple[int, ...], dtype: np.dtype
@@ -292,7 +297,7 @@ def _check_within(expr: Any, values: dict[Any, Any], axes: list[tuple[Any, Any]]
     analyzer = _analyzer(axes)
     for variable, (placeholder, part) in values.items():
         if placeholder in held:
-            at = tuple(slice(None) if w is None else w for w in part)
+            at = _numpy_index(part)
             low, high = int(held[placeholder][0][at].min()), int(held[placeholder][1][at].max())
         else:
             low, high = integer_range(numpy_dtype(str(integer[placeholder].dtype)))
