@@ -18,8 +18,11 @@ The main stage's axes give the search space, in the shape of the built-in GEMM a
   GEMM template's loop nest exactly (``tests/test_operators.py``). Where several stages read one
   element-wise stage (softmax's exponentials), ``compute_once`` chooses between computing it
   once per parallel tile into a buffer and inlining it into each reader. A reduction before the
-  main stage whose innermost axis it reduces (attention's scores) sums in ``BEFORE_LANES``
-  partial results, one per vector lane, which it then combines. A normalization's
+  main stage of which each main value reads many, along its innermost axis (attention's scores,
+  a dot product per key), is a GEMM's register tile across its columns: ``column_rows`` rows by
+  a vector of ``columns`` columns at a time, from a copy of the input it reads along them laid
+  out with them last; where no width divides its columns, it sums in ``BEFORE_LANES`` partial
+  results, one per vector lane, which it then combines. A normalization's
   (``_normalizes``) reductions run a row per vector lane, as many rows as the register tile
   (``row_sums`` 0), or along each row in ``row_sums`` partial results, one per lane.
 - CUDA: each spatial axis split in 4 (blocks, virtual threads, threads, per-thread tile) and
@@ -77,8 +80,14 @@ ROW_SUMS = (8, 16)
 two of them; more gained nothing on AVX-512."""
 BEFORE_LANES = 8
 """On the CPU, the partial results of a reduction before the main stage along its row (attention's
-scores, each a dot product): one 256-bit vector of them. Two (16) ran attention at a third of the
-speed on AVX2; none (a scalar sum per score) at a quarter."""
+scores, each a dot product) where ``columns`` is not in the space: one 256-bit vector of them. Two
+(16) ran attention at a third of the speed on AVX2; none (a scalar sum per score) at a quarter."""
+COLUMN_WIDTHS = (8, 16, 32, 64)
+"""On the CPU, ``columns``: the vector a separate reduction (attention's scores) computes at
+once along its columns, each lane a column's sum, those that divide its columns."""
+COLUMN_ROWS = (1, 2, 4)
+"""On the CPU, ``column_rows``: the rows of that reduction computed at once for each such vector,
+each input value broadcast across its lanes, the register tile of a GEMM."""
 MAX_AXES = 8
 """Axes of the main stage at most: ``order`` permutes them all (8! = 40,320 orders)."""
 MAX_BYTES = 4 << 30
@@ -151,6 +160,10 @@ class Structure:
     scores, an output reading its row's scores over every key): on the GPU each is a kernel of
     its own, run before the main stage's, not recomputed by every thread into an array that
     spills (``_before_main``)."""
+    columns: tuple[int, ...]
+    """For each separate stage that reduces along its innermost axis (attention's scores, each a
+    dot product), the extent of its last spatial axis, its columns: on the CPU ``columns`` and
+    ``column_rows`` tile it as a GEMM's register tile, across its columns (``_columns_in_vectors``)."""
     kept_before: tuple[tuple[str, ...], ...]
     """For each other stage before the main one, the main stage's spatial axes its values follow
     (a row's maximum: the rows' axes). A GPU thread holds one of its values in a register per
@@ -233,6 +246,9 @@ class DerivedTemplate(Template):
                 space["row_sums"] = {"_type": "choice", "_value": _row_sums(found)}
             if found.shared:
                 space["compute_once"] = {"_type": "choice", "_value": [0, 1]}
+            if _column_widths(found):
+                space["columns"] = {"_type": "choice", "_value": _column_widths(found)}
+                space["column_rows"] = {"_type": "choice", "_value": list(COLUMN_ROWS)}
             return space
         if found.rows:  # blocks, threads, rows per thread: each thread reduces its rows alone
             return {**{f"tile_{a.name}": {"_type": "factor", "_value": [a.extent, 3]} for a in found.spatial},
@@ -269,6 +285,9 @@ class DerivedTemplate(Template):
                 one_of(params, "row_sums", tuple(_row_sums(found)))
             if found.shared:
                 one_of(params, "compute_once", (0, 1))
+            if _column_widths(found):
+                one_of(params, "columns", tuple(_column_widths(found)))
+                one_of(params, "column_rows", COLUMN_ROWS)
             if spatial:
                 check_cpu_vector(f"tile_{spatial[-1]}", tiles[spatial[-1]][2])
                 check_cpu_unroll("the register tile of the other spatial axes",
@@ -334,6 +353,14 @@ class DerivedTemplate(Template):
 def _row_sums(found: Structure) -> list[int]:
     """``row_sums``'s values: 0 (a row per vector lane) and the ``ROW_SUMS`` that split a row."""
     return [0, *(n for n in ROW_SUMS if _splits(found.reductions[-1].extent, n))]
+
+
+def _column_widths(found: Structure) -> list[int]:
+    """``columns``' values: the ``COLUMN_WIDTHS`` that divide every separate reduction's columns
+    (none where there is no such reduction, which then sums in ``BEFORE_LANES`` partial results)."""
+    if not found.columns:
+        return []
+    return [n for n in COLUMN_WIDTHS if all(extent % n == 0 for extent in found.columns)]
 
 
 def _splits(row: int, lanes: int) -> bool:
@@ -425,15 +452,26 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     identity = hashlib.sha256((function.script() + reference_source + repr(key)).encode()).hexdigest()[:24]
     value_registers = max(-(-itemsize(dtype) // 4) for dtype, _ in stage_types(op.output))
     if total:
-        return Structure(tuple(axes), (), False, 0, 0, (), (), False, identity, total=True,
+        return Structure(tuple(axes), (), False, 0, 0, (), (), (), False, identity, total=True,
                          value_registers=value_registers)
     row_extents = [a.extent for a in axes if not a.reduction]
     normalizes = _normalizes(sch, stages, row_extents)
     row_values, row_length = _row_registers(sch, stages, row_extents) if normalizes else (0, 0)
     separate, kept = ((), ()) if normalizes else _before_main(s_tir.Schedule(tvm.IRModule({"main": function})))
     kept_before = tuple(tuple(axes[i].name for i in positions) for positions in kept)
+    columns = tuple(int(iv.dom.extent) for iv in (_columns(sch.get(sch.get_sblock(name))) for name in separate)
+                    if iv is not None)
     return Structure(tuple(axes), tuple(footprints.values()), normalizes, row_values, row_length, separate,
-                     kept_before, bool(stages.shared), identity, value_registers=value_registers)
+                     columns, kept_before, bool(stages.shared), identity, value_registers=value_registers)
+
+
+def _columns(block: Any) -> Any | None:
+    """The iteration variable of ``block``'s columns, its last spatial axis, where its innermost
+    axis is a reduction along them (attention's scores: a dot product per key); else None."""
+    kinds = [int(iv.iter_type) for iv in block.iter_vars]
+    if not kinds or kinds[-1] != REDUCE or SPATIAL not in kinds:
+        return None
+    return block.iter_vars[max(i for i, kind in enumerate(kinds) if kind == SPATIAL)]
 
 
 def _normalizes(sch: Any, stages: _Stages, rows: list[int]) -> bool:
@@ -636,8 +674,14 @@ def _schedule_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str,
     if vector * (1 if last_above else params[f"tile_{spatial[-1]}"][1]) > 1:
         for writer in writers:
             _vectorize_last(sch, writer, anchor, vector)
-    partial = []
+    partial, across = [], []
     for before in list(stages.before):  # a reduction along its inputs' rows (attention's scores): whole vectors
+        if params.get("columns") and sch.get(before).name_hint in found.separate \
+                and _columns(sch.get(before)) is not None:
+            for packed in _pack_columns(sch, before):
+                leftover(sch, packed, cuda=False)
+            across.append(before)
+            continue
         factored = _factor_in_lanes(sch, before, _vector_lanes(int(sch.get(before).iter_vars[-1].dom.extent),
                                                               BEFORE_LANES))
         if factored is not None:
@@ -647,6 +691,9 @@ def _schedule_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str,
     for factored in partial:
         if _under(sch, factored, parallel):
             _vectorize_lanes(sch, factored, parallel)
+    for before in across:
+        if _under(sch, before, parallel):
+            _columns_in_vectors(sch, before, parallel, params["columns"], params["column_rows"])
     for kept in stages.kept:  # the padded input of each parallel tile, made before its loops read it
         sch.compute_at(kept, parallel)
     if reductions:
@@ -708,6 +755,71 @@ def _sum_along_rows(sch: Any, stages: _Stages, anchor: Any, lanes: int) -> None:
         sch.compute_at(block, anchor)
     for block in partial:
         _vectorize_lanes(sch, block, anchor)
+
+
+def _pack_columns(sch: Any, block: Any) -> list[Any]:
+    """Copies of the inputs ``block`` (a separate reduction, ``_columns``) reads along its columns
+    in another dimension than their last (attention's K, read ``K[h, j, d]`` for column ``j``), laid
+    out with that dimension last, which ``block`` then reads: a vector of its columns is then one
+    contiguous load. Returns the copies' blocks, which stay at the top (one copy per call); a
+    stage read along the columns is read where it lies."""
+    from tvm.sym.pattern import detect_linear_equation
+    from tvm.tirx.analysis import undefined_vars
+
+    stmt = sch.get(block)
+    column = _columns(stmt).var
+    staged = {buffer.name for buffer in sch.get(sch.get_sblock("root")).alloc_buffers}
+    copies = []
+    for position, region in enumerate(stmt.reads):
+        if region.source.name in staged:
+            continue  # its own values, or a stage's computed later in the tiles than a copy at the top
+        along = [d for d, r in enumerate(region.region) if any(v.same_as(column) for v in undefined_vars(r.min))]
+        if len(along) != 1 or along[0] == len(region.region) - 1:
+            continue
+        step = detect_linear_equation(region.region[along[0]].min, [column])
+        if len(step) != 2 or not hasattr(step[0], "value") or int(step[0].value) != 1:
+            continue  # a stride along the columns: a copy would not make their vector contiguous
+        copy = sch.cache_read(block, position, "global")
+        sch.transform_layout(copy, ("write", 0), _moved_last(along[0], len(region.region)))
+        copies.append(copy)
+    return copies
+
+
+def _moved_last(dimension: int, ndim: int) -> Any:
+    """The layout of ``ndim`` dimensions with ``dimension`` moved last, the others in order."""
+    from tvm.tirx import IndexMap
+
+    order = [d for d in range(ndim) if d != dimension] + [dimension]
+    return IndexMap.from_func(lambda *dims: [dims[d] for d in order], ndim=ndim)
+
+
+def _columns_in_vectors(sch: Any, block: Any, anchor: Any, width: int, rows: int) -> None:
+    """A separate reduction (attention's scores) computed under ``anchor`` as a GEMM's register
+    tile: ``rows`` rows (its innermost spatial loop besides the columns) by ``width`` columns at a
+    time, the columns a vector, the rows written out, its reductions around them; each step reads
+    one value per row, broadcast across the lanes, and one vector of the packed input
+    (``_pack_columns``). Left a plain loop nest where the columns do not split by ``width``."""
+    stmt = sch.get(block)
+    reduced = [iv for iv in stmt.iter_vars if int(iv.iter_type) == REDUCE]
+    column = _loops_binding(sch, block, anchor, [_columns(stmt)])
+    reductions = _loops_binding(sch, block, anchor, reduced)
+    if len(column) != 1 or int(sch.get(column[0]).extent) % width or not reductions:
+        return
+    taken = [sch.get(loop) for loop in (*column, *reductions)]
+    others = [loop for loop in loops_below(sch, block, anchor) if not any(sch.get(loop).same_as(t) for t in taken)]
+    column_outer, column_inner = sch.split(column[0], [None, width])
+    inner = []
+    if others:
+        extent = int(sch.get(others[-1]).extent)
+        step = max(r for r in range(1, rows + 1) if extent % r == 0)
+        row_outer, row_inner = sch.split(others[-1], [None, step])
+        others[-1:] = [row_outer]
+        inner = [row_inner]
+    sch.reorder(*others, column_outer, *reductions, *inner, column_inner)
+    for loop in inner:
+        sch.unroll(loop)
+    sch.vectorize(column_inner)
+    sch.decompose_reduction(block, reductions[0])
 
 
 def _factor_in_lanes(sch: Any, block: Any, lanes: int) -> Any | None:
