@@ -24,7 +24,9 @@ The main stage's axes give the search space, in the shape of the built-in GEMM a
   out with them last; where no width divides its columns, it sums in ``BEFORE_LANES`` partial
   results, one per vector lane, which it then combines. A normalization's
   (``_normalizes``) reductions run a row per vector lane, as many rows as the register tile
-  (``row_sums`` 0), or along each row in ``row_sums`` partial results, one per lane.
+  (``row_sums`` 0), or along each row in ``row_sums`` partial results, one per lane; but one
+  with columns of its own (the scores before their softmax, a dense layer before its layer
+  norm) is the same register tile across its columns.
 - CUDA: each spatial axis split in 4 (blocks, virtual threads, threads, per-thread tile) and
   each reduction axis in 3 (shared-memory stage, register stage, inner); ``inner_order``
   permutes the per-thread loops, ``shared`` stages the inputs' tiles in shared memory filled by
@@ -160,10 +162,12 @@ class Structure:
     scores, an output reading its row's scores over every key): on the GPU each is a kernel of
     its own, run before the main stage's, not recomputed by every thread into an array that
     spills (``_before_main``)."""
-    columns: tuple[int, ...]
-    """For each separate stage that reduces along its innermost axis (attention's scores, each a
-    dot product), the extent of its last spatial axis, its columns: on the CPU ``columns`` and
-    ``column_rows`` tile it as a GEMM's register tile, across its columns (``_columns_in_vectors``)."""
+    columns: tuple[tuple[str, int], ...]
+    """The stages before the main one with columns of their own that reduce along their innermost
+    axis (attention's scores, a dot product per key; a linear layer's outputs before their layer
+    norm), each with its columns' extent (its last spatial axis): a separate stage, or in a
+    normalization one with more than one value a row. On the CPU ``columns`` and ``column_rows``
+    tile each as a GEMM's register tile across its columns (``_columns_in_vectors``)."""
     kept_before: tuple[tuple[str, ...], ...]
     """For each other stage before the main one, the main stage's spatial axes its values follow
     (a row's maximum: the rows' axes). A GPU thread holds one of its values in a register per
@@ -356,11 +360,11 @@ def _row_sums(found: Structure) -> list[int]:
 
 
 def _column_widths(found: Structure) -> list[int]:
-    """``columns``' values: the ``COLUMN_WIDTHS`` that divide every separate reduction's columns
-    (none where there is no such reduction, which then sums in ``BEFORE_LANES`` partial results)."""
+    """``columns``' values: the ``COLUMN_WIDTHS`` that divide the columns of every stage
+    ``Structure.columns`` names (none where there is none: such a stage then reduces as before)."""
     if not found.columns:
         return []
-    return [n for n in COLUMN_WIDTHS if all(extent % n == 0 for extent in found.columns)]
+    return [n for n in COLUMN_WIDTHS if all(extent % n == 0 for _, extent in found.columns)]
 
 
 def _splits(row: int, lanes: int) -> bool:
@@ -459,8 +463,9 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     row_values, row_length = _row_registers(sch, stages, row_extents) if normalizes else (0, 0)
     separate, kept = ((), ()) if normalizes else _before_main(s_tir.Schedule(tvm.IRModule({"main": function})))
     kept_before = tuple(tuple(axes[i].name for i in positions) for positions in kept)
-    columns = tuple(int(iv.dom.extent) for iv in (_columns(sch.get(sch.get_sblock(name))) for name in separate)
-                    if iv is not None)
+    across = [sch.get(b) for b in stages.before if _spatial_elements(sch, b) > math.prod(row_extents)] \
+        if normalizes else [sch.get(sch.get_sblock(name)) for name in separate]
+    columns = tuple((stmt.name_hint, int(_columns(stmt).dom.extent)) for stmt in across if _columns(stmt) is not None)
     return Structure(tuple(axes), tuple(footprints.values()), normalizes, row_values, row_length, separate,
                      columns, kept_before, bool(stages.shared), identity, value_registers=value_registers)
 
@@ -676,10 +681,7 @@ def _schedule_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str,
             _vectorize_last(sch, writer, anchor, vector)
     partial, across = [], []
     for before in list(stages.before):  # a reduction along its inputs' rows (attention's scores): whole vectors
-        if params.get("columns") and sch.get(before).name_hint in found.separate \
-                and _columns(sch.get(before)) is not None:
-            for packed in _pack_columns(sch, before):
-                leftover(sch, packed, cuda=False)
+        if _across_columns(sch, before, found, params):
             across.append(before)
             continue
         factored = _factor_in_lanes(sch, before, _vector_lanes(int(sch.get(before).iter_vars[-1].dom.extent),
@@ -713,23 +715,28 @@ def _schedule_rows_cpu(sch: Any, stages: _Stages, found: Structure, params: dict
     outer = [p[0] for p in parts]
     parallel = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     sch.parallel(parallel)
+    across = [block for block in stages.before if _across_columns(sch, block, found, params)]
     if params["row_sums"]:
-        _sum_along_rows(sch, stages, parallel, params["row_sums"])
+        _sum_along_rows(sch, stages, parallel, params["row_sums"], across)
     else:
-        _rows_per_lane(sch, stages, found, params, parallel)
+        _rows_per_lane(sch, stages, found, params, parallel, across)
+    for block in across:
+        _columns_in_vectors(sch, block, parallel, params["columns"], params["column_rows"])
     for block in stages.before:
         if not _reduces(sch, block):  # a shared stage kept: whole vectors along its rows
             _vectorize_last(sch, block, parallel, 0)
     _vectorize_last(sch, output, parallel, 0)
 
 
-def _rows_per_lane(sch: Any, stages: _Stages, found: Structure, params: dict[str, Any], anchor: Any) -> None:
+def _rows_per_lane(sch: Any, stages: _Stages, found: Structure, params: dict[str, Any], anchor: Any,
+                   across: list[Any]) -> None:
     """Every stage but the output computed under ``anchor``; the reductions before the main stage
-    a row per vector lane, the main stage tiled by the rest of its tiles."""
+    a row per vector lane (but those ``across`` their columns), the main stage tiled by the rest
+    of its tiles."""
     for block in [*reversed(stages.after[:-1]), stages.main, *reversed(stages.before)]:
         sch.compute_at(block, anchor)
     for block in stages.before:
-        if _reduces(sch, block):
+        if _reduces(sch, block) and not any(block.same_as(a) for a in across):
             _reduce_rows_in_vectors(sch, block, anchor, params[f"tile_{found.spatial[-1].name}"][2])
     main_loops = loops_below(sch, stages.main, anchor)
     if len(main_loops) == len(found.axes):  # unit axes leave no loop: such a tile stays as it is
@@ -738,15 +745,15 @@ def _rows_per_lane(sch: Any, stages: _Stages, found: Structure, params: dict[str
         sch.decompose_reduction(stages.main, middle[first_reduction])
 
 
-def _sum_along_rows(sch: Any, stages: _Stages, anchor: Any, lanes: int) -> None:
-    """Every reduction of a normalization, those before the main stage and the main one, run along
-    each row in ``lanes`` partial results, one per vector lane (TVM's ``rfactor``), which are then
-    combined: each row read in whole vectors, where a row per lane gathers. A reduction whose row
-    ``lanes`` does not split (``_splits``) runs a row at a time. Every stage but the output is
-    computed under ``anchor``."""
+def _sum_along_rows(sch: Any, stages: _Stages, anchor: Any, lanes: int, across: list[Any]) -> None:
+    """Every reduction of a normalization, those before the main stage (but those ``across``
+    their columns) and the main one, run along each row in ``lanes`` partial results, one per
+    vector lane (TVM's ``rfactor``), which are then combined: each row read in whole vectors,
+    where a row per lane gathers. A reduction whose row ``lanes`` does not split (``_splits``)
+    runs a row at a time. Every stage but the output is computed under ``anchor``."""
     order, partial = [], []
     for block in [*stages.before, stages.main]:
-        factored = _factor_in_lanes(sch, block, lanes)
+        factored = None if any(block.same_as(a) for a in across) else _factor_in_lanes(sch, block, lanes)
         if factored is not None:
             partial.append(factored)
             order.append(factored)
@@ -757,8 +764,18 @@ def _sum_along_rows(sch: Any, stages: _Stages, anchor: Any, lanes: int) -> None:
         _vectorize_lanes(sch, block, anchor)
 
 
+def _across_columns(sch: Any, block: Any, found: Structure, params: dict[str, Any]) -> bool:
+    """Whether ``block`` is scheduled across its columns (``Structure.columns``, the ``columns``
+    knob in the space); if so, the inputs it reads along them are packed (``_pack_columns``)."""
+    if not params.get("columns") or sch.get(block).name_hint not in dict(found.columns):
+        return False
+    for packed in _pack_columns(sch, block):
+        leftover(sch, packed, cuda=False)
+    return True
+
+
 def _pack_columns(sch: Any, block: Any) -> list[Any]:
-    """Copies of the inputs ``block`` (a separate reduction, ``_columns``) reads along its columns
+    """Copies of the inputs ``block`` (a reduction with columns, ``_columns``) reads along its columns
     in another dimension than their last (attention's K, read ``K[h, j, d]`` for column ``j``), laid
     out with that dimension last, which ``block`` then reads: a vector of its columns is then one
     contiguous load. Returns the copies' blocks, which stay at the top (one copy per call); a
@@ -794,11 +811,12 @@ def _moved_last(dimension: int, ndim: int) -> Any:
 
 
 def _columns_in_vectors(sch: Any, block: Any, anchor: Any, width: int, rows: int) -> None:
-    """A separate reduction (attention's scores) computed under ``anchor`` as a GEMM's register
-    tile: ``rows`` rows (its innermost spatial loop besides the columns) by ``width`` columns at a
-    time, the columns a vector, the rows written out, its reductions around them; each step reads
-    one value per row, broadcast across the lanes, and one vector of the packed input
-    (``_pack_columns``). Left a plain loop nest where the columns do not split by ``width``."""
+    """A reduction with columns of its own (attention's scores) computed under ``anchor`` as a
+    GEMM's register tile: ``rows`` rows (its innermost spatial loop besides the columns) by
+    ``width`` columns at a time, the columns a vector, the rows written out, its reductions around
+    them; each step reads one value per row, broadcast across the lanes, and one vector of the
+    packed input (``_pack_columns``). Left a plain loop nest where the columns do not split by
+    ``width``."""
     stmt = sch.get(block)
     reduced = [iv for iv in stmt.iter_vars if int(iv.iter_type) == REDUCE]
     column = _loops_binding(sch, block, anchor, [_columns(stmt)])
