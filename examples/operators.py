@@ -155,6 +155,41 @@ def layer_norm(rows: int = 1024, cols: int = 768, epsilon: float = 1e-5) -> Oper
     return Operator([x, gamma, beta], y, flops=8 * rows * cols, reference=reference, library=("PyTorch", library))
 
 
+def dense_layer_norm(tokens: int = 128, features: int = 768, outputs: int = 768, epsilon: float = 1e-5) -> Operator:
+    """A transformer's dense layer and the layer normalization after it, fused: each token's
+    outputs x W^T + bias, normalized over the outputs with a learned scale and shift. The dense
+    layer is a stage with columns of its own before the normalization's reductions."""
+    x = te.placeholder((tokens, features), "float32", name="X")
+    w = te.placeholder((outputs, features), "float32", name="W")
+    bias = te.placeholder((outputs,), "float32", name="bias")
+    gamma = te.placeholder((outputs,), "float32", name="gamma")
+    beta = te.placeholder((outputs,), "float32", name="beta")
+    f = te.reduce_axis((0, features), name="f")
+    product = te.compute((tokens, outputs), lambda t, o: te.sum(x[t, f] * w[o, f], axis=f), name="product")
+    dense = te.compute((tokens, outputs), lambda t, o: product[t, o] + bias[o], name="dense")
+    o1, o2 = te.reduce_axis((0, outputs), name="o1"), te.reduce_axis((0, outputs), name="o2")
+    mean = te.compute((tokens,), lambda t: te.sum(dense[t, o1] / outputs, axis=o1), name="mean")
+    variance = te.compute((tokens,), lambda t: te.sum(te.power(dense[t, o2] - mean[t], 2.0) / outputs, axis=o2),
+                          name="variance")
+    y = te.compute((tokens, outputs), lambda t, o: (dense[t, o] - mean[t]) * te.rsqrt(variance[t] + epsilon)
+                   * gamma[o] + beta[o], name="Y")
+
+    def reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarray:
+        centred = x @ w.T + bias
+        centred -= centred.mean(axis=1, keepdims=True)
+        return centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + epsilon) * gamma + beta
+
+    def library(x: np.ndarray, w: np.ndarray, bias: np.ndarray, gamma: np.ndarray, beta: np.ndarray
+                ) -> Callable[[], Any]:
+        torch = _torch()
+        tx, tw, tbias, tg, tb = (torch.from_numpy(a) for a in (x, w, bias, gamma, beta))
+        functional = torch.nn.functional
+        return lambda: functional.layer_norm(functional.linear(tx, tw, tbias), (outputs,), tg, tb, epsilon)
+
+    return Operator([x, w, bias, gamma, beta], y, flops=2 * tokens * features * outputs + 10 * tokens * outputs,
+                    reference=reference, library=("PyTorch", library))
+
+
 def attention(heads: int = 8, seq: int = 128, dim: int = 64) -> Operator:
     """Scaled dot-product attention, softmax(Q K^T / sqrt(dim)) V, for each of ``heads`` (a batch
     of heads folded into one axis): the scores' softmax is inlined into the product with V."""

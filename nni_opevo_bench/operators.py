@@ -48,7 +48,8 @@ from .table import read_rows
 
 EXAMPLES = ("examples.operators:depthwise_conv2d", "examples.operators:matmul_bias_gelu", "examples.operators:softmax",
             "examples.operators:layer_norm", "examples.operators:matmul", "examples.operators:attention",
-            "examples.operators:mse_loss", "examples.operators:matmul_fp16", "examples.operators:embedding_bag")
+            "examples.operators:mse_loss", "examples.operators:matmul_fp16", "examples.operators:embedding_bag",
+            "examples.operators:dense_layer_norm")
 HAND_WRITTEN = {"examples.operators:matmul": "MM_small"}
 """The derived operator -> the named workload of the same computation with a hand-written template."""
 ROWS = Path(user_cache()) / "operators"

@@ -41,6 +41,7 @@ SMALL = {  # each example at a shape whose trials take a fraction of a second
     "attention": {"heads": 2, "seq": 64, "dim": 32},
     "mse_loss": {"rows": 64, "cols": 96},
     "embedding_bag": {"bags": 32, "per_bag": 8, "vocab": 500, "dim": 32},
+    "dense_layer_norm": {"tokens": 32, "features": 64, "outputs": 128},
 }
 
 
@@ -192,6 +193,7 @@ USER_OPERATORS = """
     import numpy as np
     from tvm import te, topi
     from trial_code.operators import Operator
+    from trial_code.templates import DerivedTemplate, Infeasible
 
     def rms_norm(rows=64, cols=128):
         x = te.placeholder((rows, cols), "float32", name="X")
@@ -231,23 +233,6 @@ USER_OPERATORS = """
         def reference(x, w):
             centred = x - x.mean(axis=1, keepdims=True)
             return centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + 1e-5) @ w
-        return Operator([x, w], y, flops=2 * rows * cols * out, reference=reference)
-
-    def dense_layer_norm(rows=64, cols=64, out=128):
-        x = te.placeholder((rows, cols), "float32", name="X")
-        w = te.placeholder((out, cols), "float32", name="W")
-        k, o, o2 = te.reduce_axis((0, cols), name="k"), te.reduce_axis((0, out), name="o"), \
-            te.reduce_axis((0, out), name="o2")
-        z = te.compute((rows, out), lambda i, j: te.sum(x[i, k] * w[j, k], axis=k), name="Z")
-        total = te.compute((rows,), lambda i: te.sum(z[i, o], axis=o), name="total")
-        squares = te.compute((rows,), lambda i: te.sum((z[i, o2] - total[i] / out) * (z[i, o2] - total[i] / out),
-                                                       axis=o2), name="squares")
-        y = te.compute((rows, out), lambda i, j: (z[i, j] - total[i] / out) * te.rsqrt(squares[i] / out + 1e-5),
-                       name="Y")
-        def reference(x, w):
-            z = x @ w.T
-            centred = z - z.mean(axis=1, keepdims=True)
-            return centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + 1e-5)
         return Operator([x, w], y, flops=2 * rows * cols * out, reference=reference)
 
     def add_relu(n=1 << 20):
@@ -338,6 +323,16 @@ USER_OPERATORS = """
     def twice(n=1):
         x = te.placeholder((n,), "float32", name="X")
         return Operator([x], te.compute((n,), lambda i: x[i] * 2, name="Y"), flops=n)
+
+    class LongSteps(DerivedTemplate):  # a hand-written template: dense's, with a rule of the user's
+        def __init__(self):
+            super().__init__("userops:dense")
+
+        def check(self, workload, params, target):
+            super().check(workload, params, target)
+            inner = params["tile_k"][-1]
+            if target.kind == "cuda" and inner < 128:
+                raise Infeasible(f"a thread's inner reduction of {inner} steps is under 128")
 """
 TOPI_BUILT = ["dense", "conv2d", "max_pool", "global_average", "reshaped_matmul", "log_softmax", "add_relu"]
 SINGLE_VALUES = ["dot", "mse", "norm", "share", "total"]
@@ -352,7 +347,7 @@ def user_operators(operator_module):
 @pytest.mark.parametrize("name, packed, params", [
     ("attention", "K", {"tile_i0": [2, 2, 1], "tile_i1": [8, 4, 2], "tile_k": [16, 4], "order": ["i0", "i1", "k"],
                         "compute_once": 1}),
-    ("dense_layer_norm", "W", {"tile_i": [8, 4, 2], "tile_o2": [32, 4], "order": ["i", "o2"]})])
+    ("dense_layer_norm", "W", {"tile_t": [4, 4, 2], "tile_o2": [32, 4], "order": ["t", "o2"], "compute_once": 1})])
 @pytest.mark.parametrize("row_sums", [0, 8])
 def test_a_normalizations_stage_with_columns_runs_as_a_register_tile_across_them_on_the_cpu(
         user_operators, name, packed, params, row_sums):
@@ -365,7 +360,8 @@ def test_a_normalizations_stage_with_columns_runs_as_a_register_tile_across_them
     softmax of 8 x 128 x 128 scores, 60 -> 162 for a layer norm after a 256 x 256 x 768 dense layer."""
     from tvm import s_tir
 
-    workload, cpu = user_operators(name), targets.cpu()
+    workload = user_operators(name) if name == "attention" else _example(name)
+    cpu = targets.cpu()
     assert for_workload(workload).space(workload, "llvm")["columns"]["_value"] == [8, 16, 32, 64]
     params = {**params, "row_sums": row_sums, "columns": 16, "column_rows": 2}
     sch = s_tir.Schedule(kernel.scheduled(workload, params, cpu))
@@ -377,6 +373,27 @@ def test_a_normalizations_stage_with_columns_runs_as_a_register_tile_across_them
     assert loops[-2].kind == kernel.tvm.tirx.ForKind.UNROLLED and int(loops[-2].extent) == 2
     result = evaluate(workload, params, cpu, Limits(repeat=2, min_repeat_ms=5))
     assert result.status.name == "NO_ERROR", result.error
+
+
+@pytest.mark.slow(seconds=15)
+@NEEDS_NVCC
+@pytest.mark.parametrize("name, shape", [("dense_layer_norm", {"tokens": 32, "features": 64, "outputs": 768}),
+                                         ("attention", {"seq": 256})])
+def test_a_normalizations_long_columns_are_a_kernel_of_their_own_on_the_gpu(user_operators, name, shape):
+    """A layer norm after a dense layer of 768 outputs, a softmax over 256 keys: a GPU thread held
+    its rows of the dense layer's outputs (of the scores) in registers, 1.5 a value, which no
+    configuration fits. ``apart`` makes that stage a kernel of its own, run first, its values in
+    global memory: the check admits configurations with it, none without, and they compile to
+    registers only."""
+    workload = user_operators(name, **shape) if name == "attention" else _example(name, **shape)
+    template = for_workload(workload)
+    assert template.space(workload, "cuda")["apart"] == {"_type": "choice", "_value": [0, 1]}
+    params, _ = constraint.draw(workload, H100, 0)
+    assert params["apart"] == 1
+    with pytest.raises(Infeasible, match="estimated registers per thread"):
+        template.check(workload, {**params, "apart": 0}, H100)
+    source = registers_only(workload, params)
+    assert len(re.findall(r"__global__[^;{]*\{", source)) == 2  # the stage's kernel, then the normalization's
 
 
 @pytest.mark.slow(seconds=20)
@@ -402,7 +419,8 @@ def test_a_normalization_by_its_one_reduction_is_scheduled_row_by_row(user_opera
 def test_an_attention_softmax_tunes_on_the_cpu_and_stays_in_gpu_registers(user_operators):
     """Softmax of a batched product (attention's scores): a normalization whose first stage has
     columns of its own. Every drawn CPU configuration matches the reference (one row per tile
-    made ``row_sums`` fail), and the GPU check admits only rows whose scores fit in registers."""
+    made ``row_sums`` fail), and the GPU check admits only rows whose scores fit in registers
+    (held there, without ``apart``)."""
     workload, cpu = user_operators("attention"), targets.cpu()
     for seed in range(6):
         params, _ = constraint.draw(workload, cpu, seed)
@@ -410,7 +428,8 @@ def test_an_attention_softmax_tunes_on_the_cpu_and_stays_in_gpu_registers(user_o
         assert result.status.name == "NO_ERROR", (params, result.error)
         registers_only(workload, constraint.draw(workload, H100, seed)[0])
     with pytest.raises(Infeasible, match="estimated registers per thread"):  # 4 rows of 64 scores: ptxas spilled
-        for_workload(workload).check(workload, {"tile_i0": [4, 1, 1], "tile_i1": [1, 16, 4], "unroll": 0}, H100)
+        for_workload(workload).check(workload, {"tile_i0": [4, 1, 1], "tile_i1": [1, 16, 4], "unroll": 0, "apart": 0},
+                                     H100)
 
 
 @NEEDS_NVCC
@@ -798,16 +817,17 @@ def test_a_malformed_operator_is_refused_in_one_line(tmp_path, monkeypatch, spec
 
 
 def test_an_operator_whose_space_admits_nothing_is_refused_with_the_rule_that_refused_it(user_operators):
-    """Attention over 256 keys: each GPU thread holds a row of 256 scores, which no configuration
-    fits in registers. The launcher says which rule refused the draws, in one line."""
+    """A hand-written template whose own rule no configuration meets on the GPU (dense's derived
+    template, with inner reductions of at least 128 steps, over 64): the launcher says which rule
+    refused the draws, in one line."""
+    user_operators("dense")
     with pytest.raises(SystemExit) as refused:
-        launch.main(["--operator", "userops:attention", "--shape", "seq=256", "--target", "cuda",
-                     "--port", str(free_port())])
+        launch.main(["--operator", "userops:LongSteps", "--target", "cuda", "--port", str(free_port())])
     text = str(refused.value)
-    assert "\n" not in text and text.startswith("cannot generate the experiment: operator userops:attention: no "
+    assert "\n" not in text and text.startswith("cannot generate the experiment: operator userops:LongSteps: no "
                                                 "configuration of its space passes the static check on cuda")
-    assert re.search(r"in 20,000 draws; the commonest refusal \([\d,]+ of them\): estimated registers per thread "
-                     r"\d+ exceeds the limit \d+$", text), text
+    assert re.search(r"in 20,000 draws; the commonest refusal \([\d,]+ of them\): a thread's inner reduction of "
+                     r"\d+ steps is under 128$", text), text
 
 
 def test_the_launcher_refuses_a_broken_operator_without_a_traceback(tmp_path):

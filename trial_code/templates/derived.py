@@ -34,9 +34,10 @@ The main stage's axes give the search space, in the shape of the built-in GEMM a
   registers, and so do the values of the stages before the main one that each thread computes
   for its tile (softmax's maxima and sums), whose reductions stay loops whatever ``unroll``
   says; a stage of which each value of the main stage reads a whole axis (attention's scores)
-  is a kernel of its own, run first. The static check bounds threads, virtual threads (more
-  than 32 only within ``unroll``), shared memory (each input's footprint from its affine index
-  expressions) and registers.
+  is a kernel of its own, run first. A normalization's stage with columns of its own is held in
+  each thread's registers for its rows, or with ``apart`` is such a kernel of its own. The
+  static check bounds threads, virtual threads (more than 32 only within ``unroll``), shared
+  memory (each input's footprint from its affine index expressions) and registers.
 
 A reduction to a single value (a dot product, a loss) has no spatial axis to tile: its own
 space and schedules, in partial results, are ``totals``'.
@@ -157,6 +158,9 @@ class Structure:
     """In a normalization, the longest axis of a stage besides the rows (a row's columns): an
     ``unroll`` of at least this writes each row's loops out, and ptxas then holds as many loads
     per row in registers."""
+    column_values: int
+    """In a normalization, the part of ``row_values`` that the stages of ``columns`` take: what a
+    GPU thread no longer holds when ``apart`` makes them kernels of their own."""
     separate: tuple[str, ...]
     """Stages before the main one of which one value of the main stage needs many (attention's
     scores, an output reading its row's scores over every key): on the GPU each is a kernel of
@@ -256,7 +260,8 @@ class DerivedTemplate(Template):
             return space
         if found.rows:  # blocks, threads, rows per thread: each thread reduces its rows alone
             return {**{f"tile_{a.name}": {"_type": "factor", "_value": [a.extent, 3]} for a in found.spatial},
-                    "unroll": {"_type": "discrete", "_value": list(UNROLL_STEPS)}}
+                    "unroll": {"_type": "discrete", "_value": list(UNROLL_STEPS)},
+                    **({"apart": {"_type": "choice", "_value": [0, 1]}} if found.columns else {})}
         space["inner_order"] = {"_type": "perm", "_value": names}
         space["unroll"] = {"_type": "discrete", "_value": list(UNROLL_STEPS)}
         if found.reductions:
@@ -275,7 +280,9 @@ class DerivedTemplate(Template):
             threads, per_thread = math.prod(t[1] for t in rows.values()), math.prod(t[2] for t in rows.values())
             check_gpu_launch(target, [threads], 1, 0, [])
             limit("rows per thread", per_thread, MAX_ROWS_PER_THREAD)
-            per_row = found.row_values + (found.row_length if unroll >= found.row_length else 0)
+            apart = one_of(params, "apart", (0, 1)) if found.columns else 0
+            per_row = found.row_values - apart * found.column_values + \
+                (found.row_length if unroll >= found.row_length else 0)
             limit("estimated registers per thread", per_thread * per_row * found.value_registers + REGISTER_OVERHEAD,
                   registers_per_thread(threads))
             return
@@ -456,18 +463,19 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     identity = hashlib.sha256((function.script() + reference_source + repr(key)).encode()).hexdigest()[:24]
     value_registers = max(-(-itemsize(dtype) // 4) for dtype, _ in stage_types(op.output))
     if total:
-        return Structure(tuple(axes), (), False, 0, 0, (), (), (), False, identity, total=True,
+        return Structure(tuple(axes), (), False, 0, 0, 0, (), (), (), False, identity, total=True,
                          value_registers=value_registers)
     row_extents = [a.extent for a in axes if not a.reduction]
     normalizes = _normalizes(sch, stages, row_extents)
-    row_values, row_length = _row_registers(sch, stages, row_extents) if normalizes else (0, 0)
     separate, kept = ((), ()) if normalizes else _before_main(s_tir.Schedule(tvm.IRModule({"main": function})))
     kept_before = tuple(tuple(axes[i].name for i in positions) for positions in kept)
     across = [sch.get(b) for b in stages.before if _spatial_elements(sch, b) > math.prod(row_extents)] \
         if normalizes else [sch.get(sch.get_sblock(name)) for name in separate]
     columns = tuple((stmt.name_hint, int(_columns(stmt).dom.extent)) for stmt in across if _columns(stmt) is not None)
-    return Structure(tuple(axes), tuple(footprints.values()), normalizes, row_values, row_length, separate,
-                     columns, kept_before, bool(stages.shared), identity, value_registers=value_registers)
+    row_values, row_length, column_values = _row_registers(sch, stages, row_extents, {n for n, _ in columns}) \
+        if normalizes else (0, 0, 0)
+    return Structure(tuple(axes), tuple(footprints.values()), normalizes, row_values, row_length, column_values,
+                     separate, columns, kept_before, bool(stages.shared), identity, value_registers=value_registers)
 
 
 def _columns(block: Any) -> Any | None:
@@ -492,13 +500,15 @@ def _normalizes(sch: Any, stages: _Stages, rows: list[int]) -> bool:
     return len(output) > len(rows) and output[:len(rows)] == rows
 
 
-def _row_registers(sch: Any, stages: _Stages, rows: list[int]) -> tuple[int, int]:
-    """A normalization's ``Structure.row_values`` and ``Structure.row_length``."""
+def _row_registers(sch: Any, stages: _Stages, rows: list[int], columns: set[str]) -> tuple[int, int, int]:
+    """A normalization's ``Structure.row_values``, ``row_length`` and ``column_values`` (the part
+    of the first that the stages named in ``columns`` take)."""
     inside = [*stages.before, stages.main, *stages.after[:-1]]
-    per_row = [_spatial_elements(sch, b) // math.prod(rows) for b in inside]
+    values = {sch.get(b).name_hint: _spatial_elements(sch, b) // math.prod(rows) for b in inside}
+    values = {name: 1 if n == 1 else math.ceil(COLUMN_REGISTERS * n) for name, n in values.items()}
     length = max((int(iv.dom.extent) for b in [*inside, stages.after[-1]] for iv in sch.get(b).iter_vars[len(rows):]),
                  default=0)
-    return sum(1 if n == 1 else math.ceil(COLUMN_REGISTERS * n) for n in per_row), length
+    return sum(values.values()), length, sum(n for name, n in values.items() if name in columns)
 
 
 def _before_main(sch: Any) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
@@ -1020,7 +1030,12 @@ def _annotate_unroll(sch: Any, loop: Any, params: dict[str, Any]) -> None:
 def _schedule_rows_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str, Any]) -> None:
     """Normalizations on the GPU: the output's rows split in blocks, threads and each thread's
     rows; every other stage computed by each thread for its rows, in registers (its loops over
-    the rows written out), a stage with columns of its own reducing outside them."""
+    the rows written out), a stage with columns of its own reducing outside them, or with
+    ``apart`` a kernel of its own, run first, its values in global memory."""
+    if params.get("apart"):
+        for block in [b for b in stages.before if sch.get(b).name_hint in dict(found.columns)]:
+            leftover(sch, block, cuda=True)
+        stages.before = [b for b in stages.before if sch.get(b).name_hint not in dict(found.columns)]
     output = stages.after[-1]
     parts = [sch.split(loop, params[f"tile_{a.name}"]) for loop, a in zip(_row_loops(sch, output, found.spatial),
                                                                            found.spatial)]
