@@ -49,16 +49,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from trial_code.evaluate import Limits
+from trial_code.status import Status
 from trial_code.targets import Target
 from trial_code.templates import for_workload
 from trial_code.workloads import Workload
 
 NAME = "metaschedule"
 OPTIONS = {"num_trials_per_iter": 16}
+SEARCH_ERROR = "search raised "
+"""How the configuration of a run's last row begins where MetaSchedule's own search raised (its
+schedule rules' ScheduleError on a computation they do not fit): that row ends the run."""
 
 
 def is_peer(spec: str) -> bool:
     return spec.partition(":")[0] == NAME
+
+
+def search_error(configuration: dict[str, Any]) -> str | None:
+    """The error that ended a MetaSchedule run, from its last row's configuration; else None."""
+    found = configuration.get(NAME)
+    return found.removeprefix(SEARCH_ERROR) if isinstance(found, str) and found.startswith(SEARCH_ERROR) else None
 
 
 def options(spec: str) -> dict[str, Any]:
@@ -227,12 +237,20 @@ def _tune(tasks: list[tuple[str, Workload, int]], target: Target, limits: Limits
                            space_generator="post-order-apply", search_strategy="evolutionary", task_name=name,
                            rand_state=state, num_threads="physical").clone()
             for name, (_, w, _), state in zip(names, tasks, fork_seed(seed, n=len(tasks)))]
-        database = ms.tune_tasks(tasks=contexts, task_weights=[float(count) for _, _, count in tasks], work_dir=work_dir,
-                      max_trials_global=budget, num_trials_per_iter=settings["num_trials_per_iter"],
-                      builder=ms.builder.LocalBuilder(timeout_sec=limits.build_timeout,
-                                                                initializer=prepare_builder), runner=runner,
-                      database="memory", measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
-                                                            Record()], task_scheduler="gradient")
+        try:
+            database = ms.tune_tasks(
+                tasks=contexts, task_weights=[float(count) for _, _, count in tasks], work_dir=work_dir,
+                max_trials_global=budget, num_trials_per_iter=settings["num_trials_per_iter"],
+                builder=ms.builder.LocalBuilder(timeout_sec=limits.build_timeout, initializer=prepare_builder),
+                runner=runner, database="memory",
+                measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), Record()],
+                task_scheduler="gradient")
+        except Exception as e:  # noqa: BLE001 (its own rules' ScheduleError, from TVM's FFI: the search ended there)
+            said = (str(e).strip().splitlines() or [""])[0]
+            said = said if said.startswith(type(e).__name__) else f"{type(e).__name__}: {said}"
+            measured.append(Measured(SEARCH_ERROR + said, 0.0, Status.INSTANTIATION_ERROR.name, None,
+                                     time.perf_counter() - started))
+            return measured[:budget], {}
         best = {}
         for name, context in zip(names, contexts):
             found = database.query_ir_module(context.mod, target=host, workload_name=name)

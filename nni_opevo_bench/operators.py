@@ -40,6 +40,7 @@ from trial_code.status import Status
 from trial_code.targets import Target
 from trial_code.workloads import named_or_operator
 
+from . import metaschedule
 from .machine import describe
 from .objectives import Live
 from .report import Runs, group
@@ -151,19 +152,34 @@ def _compare(spec: str, configuration: dict[str, Any], target: Target, limits: L
 
 
 def _best(runs: Runs, workload: str, tuner: str, trials: int) -> list[float]:
-    """GFLOPS of the best kernel among each seed's first ``trials`` trials. A shorter run of a
-    tuner whose rows are written when its run ends (MetaSchedule) is whole, its search ended: its
-    best is the best it would have had after ``trials``."""
+    """GFLOPS of the best working kernel among each seed's first ``trials`` trials (a seed with
+    none has no value). A shorter run of a tuner whose rows are written when its run ends
+    (MetaSchedule) is whole, its search ended: its best is the best it would have had after
+    ``trials``."""
     whole = written_when_it_ends(tuner)
-    return [1e3 * max(float(r["tflops"]) for r in ordered[:trials])
-            for ordered in runs[workload][tuner].values() if whole or len(ordered) >= trials]
+    return [1e3 * max(float(r["tflops"]) for r in working)
+            for ordered in runs[workload][tuner].values() if whole or len(ordered) >= trials
+            if (working := [r for r in ordered[:trials] if r["status"] == Status.NO_ERROR.name])]
 
 
 def _ended_early(runs: Runs, workload: str, tuner: str, budget: int) -> list[int]:
-    """The trial counts of ``tuner``'s whole runs on ``workload`` that ended before ``budget``."""
+    """The trial counts of ``tuner``'s whole runs on ``workload`` that ran out of configurations
+    before ``budget`` (not those its search's error ended: ``_search_errors``)."""
     if not written_when_it_ends(tuner):
         return []
-    return sorted(len(ordered) for ordered in runs[workload][tuner].values() if len(ordered) < budget)
+    return sorted(len(ordered) for ordered in runs[workload][tuner].values()
+                  if len(ordered) < budget and _error(ordered) is None)
+
+
+def _search_errors(runs: Runs, workload: str) -> list[tuple[int, str]]:
+    """For each MetaSchedule run on ``workload`` that its own search's error ended: the trials it
+    measured before, and the error."""
+    return sorted((len(ordered) - 1, found) for ordered in runs[workload].get(metaschedule.NAME, {}).values()
+                  if (found := _error(ordered)) is not None)
+
+
+def _error(ordered: list[dict[str, str]]) -> str | None:
+    return metaschedule.search_error(json.loads(ordered[-1]["configuration"] or "{}")) if ordered else None
 
 
 def _cell(values: list[float]) -> str:
@@ -220,6 +236,11 @@ def readme(rows_folder: Path) -> str:
             lines += [f"MetaSchedule on `{spec.partition(':')[2]}` ran out of schedules to measure: its search ended "
                       f"after {', '.join(map(str, counts))} trials (of {budget}), and its cells are the best of "
                       "those.", ""]
+        errors = _search_errors(runs, spec)
+        if errors:
+            lines += [f"MetaSchedule could not tune `{spec.partition(':')[2]}`: its search raised "
+                      f"{' / '.join(sorted({e for _, e in errors}))} after {', '.join(str(n) for n, _ in errors)} "
+                      f"measured trials (of {budget}); its cells are the best of those, if any.", ""]
     for spec, named in HAND_WRITTEN.items():
         derived, written = _best(runs, spec, "opevo", budget), _best(runs, named, "opevo", budget)
         if derived and written:

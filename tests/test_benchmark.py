@@ -2,6 +2,7 @@
 import csv
 import gzip
 import json
+import shutil
 import platform
 
 import pytest
@@ -272,6 +273,29 @@ def test_the_operators_page_takes_a_metaschedule_run_that_ran_out_of_schedules_a
     assert "MetaSchedule on `mse_loss` ran out of schedules to measure: its search ended after 4, 4 trials (of 64)" \
         in page
     assert "MetaSchedule on `softmax`" not in page
+
+
+@pytest.mark.slow(seconds=15)
+def test_a_metaschedule_search_that_raises_ends_its_run_with_a_row_the_page_explains(tmp_path):
+    """MetaSchedule's own schedule rules raise ScheduleError on the dense layer + layer norm (a
+    reverse_compute_at its rules attempt, before any schedule is measured). The run ends with one
+    INSTANTIATION_ERROR row saying so, instead of the command ending with a traceback; the
+    operators page gives no MetaSchedule cell for it and says why."""
+    from nni_opevo_bench import operators
+
+    spec = "examples.operators:dense_layer_norm"
+    out = tmp_path / "rows"
+    main(["--objective", "live", "--target", "cpu", "--workloads", spec, "--tuners", "metaschedule", "--seeds", "1",
+          "--budget", "4", "--out", str(out), "--no-progress"])
+    rows = rows_of(out / "trials.csv")
+    assert [(r["workload"], r["status"]) for r in rows] == [(spec, "INSTANTIATION_ERROR")]
+    assert json.loads(rows[0]["configuration"]) == {
+        "metaschedule": "search raised ScheduleError: An error occurred in the schedule primitive 'reverse-compute-at'."}
+    shutil.copy(out / "trials.csv", tmp_path / "trials.csv")  # the operators command's rows folder, without its run
+    page = operators.readme(tmp_path)
+    assert "| dense_layer_norm | - | - | - | - | - |" in page
+    assert "MetaSchedule could not tune `dense_layer_norm`: its search raised ScheduleError: An error occurred in the " \
+        "schedule primitive 'reverse-compute-at'. after 0 measured trials (of 256)" in page
 
 
 def test_the_operators_page_lists_each_invocation_a_cut_off_one_included(tmp_path, monkeypatch):
