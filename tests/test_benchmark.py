@@ -2,8 +2,8 @@
 import csv
 import gzip
 import json
-import shutil
 import platform
+import shutil
 
 import pytest
 
