@@ -238,9 +238,9 @@ def readme(rows_folder: Path) -> str:
                       "those.", ""]
         errors = _search_errors(runs, spec)
         if errors:
-            lines += [f"MetaSchedule could not tune `{spec.partition(':')[2]}`: its search raised "
-                      f"{' / '.join(sorted({e for _, e in errors}))} after {', '.join(str(n) for n, _ in errors)} "
-                      f"measured trials (of {budget}); its cells are the best of those, if any.", ""]
+            lines += [f"MetaSchedule could not tune `{spec.partition(':')[2]}`: after "
+                      f"{', '.join(str(n) for n, _ in errors)} measured trials (of {budget}) its search raised "
+                      f"{' / '.join(sorted({e for _, e in errors}))} Its cells are the best it measured, if any.", ""]
     for spec, named in HAND_WRITTEN.items():
         derived, written = _best(runs, spec, "opevo", budget), _best(runs, named, "opevo", budget)
         if derived and written:
