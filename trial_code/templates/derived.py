@@ -86,8 +86,9 @@ BEFORE_LANES = 8
 scores, each a dot product) where ``columns`` is not in the space: one 256-bit vector of them. Two
 (16) ran attention at a third of the speed on AVX2; none (a scalar sum per score) at a quarter."""
 COLUMN_WIDTHS = (8, 16, 32, 64)
-"""On the CPU, ``columns``: the vector a separate reduction (attention's scores) computes at
-once along its columns, each lane a column's sum, those that divide its columns."""
+"""On the CPU, ``columns``: the vector a reduction with columns of its own (``Structure.columns``:
+attention's scores) computes at once along them, each lane a column's sum; those that divide its
+columns."""
 COLUMN_ROWS = (1, 2, 4)
 """On the CPU, ``column_rows``: the rows of that reduction computed at once for each such vector,
 each input value broadcast across its lanes, the register tile of a GEMM."""
@@ -689,10 +690,9 @@ def _schedule_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str,
     if vector * (1 if last_above else params[f"tile_{spatial[-1]}"][1]) > 1:
         for writer in writers:
             _vectorize_last(sch, writer, anchor, vector)
-    partial, across = [], []
+    partial, across = [], _packed_for_columns(sch, stages.before, found, params)
     for before in list(stages.before):  # a reduction along its inputs' rows (attention's scores): whole vectors
-        if _across_columns(sch, before, found, params):
-            across.append(before)
+        if any(before.same_as(a) for a in across):
             continue
         factored = _factor_in_lanes(sch, before, _vector_lanes(int(sch.get(before).iter_vars[-1].dom.extent),
                                                               BEFORE_LANES))
@@ -725,7 +725,7 @@ def _schedule_rows_cpu(sch: Any, stages: _Stages, found: Structure, params: dict
     outer = [p[0] for p in parts]
     parallel = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     sch.parallel(parallel)
-    across = [block for block in stages.before if _across_columns(sch, block, found, params)]
+    across = _packed_for_columns(sch, stages.before, found, params)
     if params["row_sums"]:
         _sum_along_rows(sch, stages, parallel, params["row_sums"], across)
     else:
@@ -774,14 +774,15 @@ def _sum_along_rows(sch: Any, stages: _Stages, anchor: Any, lanes: int, across: 
         _vectorize_lanes(sch, block, anchor)
 
 
-def _across_columns(sch: Any, block: Any, found: Structure, params: dict[str, Any]) -> bool:
-    """Whether ``block`` is scheduled across its columns (``Structure.columns``, the ``columns``
-    knob in the space); if so, the inputs it reads along them are packed (``_pack_columns``)."""
-    if not params.get("columns") or sch.get(block).name_hint not in dict(found.columns):
-        return False
-    for packed in _pack_columns(sch, block):
-        leftover(sch, packed, cuda=False)
-    return True
+def _packed_for_columns(sch: Any, blocks: list[Any], found: Structure, params: dict[str, Any]) -> list[Any]:
+    """The stages of ``blocks`` to schedule across their columns (``Structure.columns``, where the
+    space has ``columns``), after packing the inputs each reads along them (``_pack_columns``),
+    the copies run in parallel at the top."""
+    across = [b for b in blocks if params.get("columns") and sch.get(b).name_hint in dict(found.columns)]
+    for block in across:
+        for packed in _pack_columns(sch, block):
+            leftover(sch, packed, cuda=False)
+    return across
 
 
 def _pack_columns(sch: Any, block: Any) -> list[Any]:
