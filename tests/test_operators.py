@@ -441,7 +441,7 @@ def test_attentions_scores_are_reduced_in_one_loop_that_updates_every_column(use
     one step's operands at a time and keeps both rows in registers, which the check admits."""
     workload = user_operators("attention")
     rows = 2  # per thread, each with its 64 scores
-    source = cuda_source(workload, {"tile_i0": [4, 1, 1], "tile_i1": [1, 32, rows], "unroll": 16})  # admitted
+    source = cuda_source(workload, {"tile_i0": [4, 1, 1], "tile_i1": [1, 32, rows], "unroll": 16, "apart": 0})  # admitted
     ptx, _ = ptxas(source, tmp_path)
     one_step = rows + 64  # each row's Q value and each column's K value
     assert len(re.findall(r"\bld\.global", ptx)) <= 4 * one_step  # a loop (NVVM may unroll it a few times)
