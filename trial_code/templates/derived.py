@@ -907,9 +907,7 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
     if found.rows:
         _schedule_rows_cuda(sch, stages, found, params)
         return
-    for separate in [b for b in stages.before if sch.get(b).name_hint in found.separate]:
-        leftover(sch, separate, cuda=True)
-    stages.before = [b for b in stages.before if sch.get(b).name_hint not in found.separate]
+    _kernels_of_their_own(sch, stages, set(found.separate))
     block = stages.main
     loops = dict(zip((a.name for a in found.axes), sch.get_loops(block)))
     parts = {a.name: sch.split(loops[a.name], params[f"tile_{a.name}"]) for a in found.axes}
@@ -978,6 +976,14 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
             sch.unroll(loop)
 
 
+def _kernels_of_their_own(sch: Any, stages: _Stages, names: set[str]) -> None:
+    """The stages before the main one named in ``names``, each a GPU kernel of its own run first
+    (``leftover``, its values in global memory), taken out of ``stages.before``."""
+    for block in [b for b in stages.before if sch.get(b).name_hint in names]:
+        leftover(sch, block, cuda=True)
+    stages.before = [b for b in stages.before if sch.get(b).name_hint not in names]
+
+
 def _register_loops(sch: Any, block: Any, anchor: Any) -> list[Any]:
     """The loops of ``block`` under ``anchor`` that index the registers it writes or reads (its
     own values, a reduction's per-thread results): an array indexed by a loop variable lives in
@@ -1034,9 +1040,7 @@ def _schedule_rows_cuda(sch: Any, stages: _Stages, found: Structure, params: dic
     the rows written out), a stage with columns of its own reducing outside them, or with
     ``apart`` a kernel of its own, run first, its values in global memory."""
     if params.get("apart"):
-        for block in [b for b in stages.before if sch.get(b).name_hint in dict(found.columns)]:
-            leftover(sch, block, cuda=True)
-        stages.before = [b for b in stages.before if sch.get(b).name_hint not in dict(found.columns)]
+        _kernels_of_their_own(sch, stages, {name for name, _ in found.columns})
     output = stages.after[-1]
     parts = [sch.split(loop, params[f"tile_{a.name}"]) for loop, a in zip(_row_loops(sch, output, found.spatial),
                                                                            found.spatial)]
