@@ -355,7 +355,7 @@ def test_a_normalizations_stage_with_columns_runs_as_a_register_tile_across_them
     softmax of attention's scores; a layer norm of a dense layer's outputs): ``columns`` and
     ``column_rows`` compute that stage as a GEMM's register tile across its columns, reading a
     copy of the input it reads along them (K, W) made once with them last, whichever way the
-    normalization's own reductions run (``row_sums``); every draw matches the reference.
+    normalization's own reductions run (``row_sums``); each matches the reference.
     Best of 12 random configurations on the 2-core AVX-512 machine: 35 -> 132 GFLOPS for the
     softmax of 8 x 128 x 128 scores, 60 -> 162 for a layer norm after a 256 x 256 x 768 dense layer."""
     from tvm import s_tir
