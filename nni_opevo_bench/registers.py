@@ -1,11 +1,12 @@
-"""A CUDA template's register estimate against ptxas, built here (nvcc, no GPU).
+"""A CUDA template's static limits against ptxas and nvcc's time, built here (nvcc, no GPU).
 
 The static check refuses a configuration whose estimated registers per thread exceed what
 ptxas gives a block of its threads, so that no admitted kernel spills to local memory; an
 estimate too high loses space instead. For each workload this draws configurations the check
-admits and configurations it refuses by that rule alone with an estimate at most ``--near``
-times the limit (the refusals that might be wrong), compiles each for an H100 with TVM's own
-nvcc command (what a trial's kernel gets) and reads the registers and local memory ptxas
+admits and configurations it refuses by one rule alone (``--rule``: the register estimate, or
+another) with a value at most ``--near`` times the
+limit (the refusals that might be wrong), compiles each for an H100 with TVM's own nvcc command
+(what a trial's kernel gets), times the build and reads the registers and local memory ptxas
 recorded in the cubin; it also counts the share of the workload's space that the check admits
 (``--space-draws`` uniform random configurations). Prints figures and, with ``--out``, writes
 them as a results page; it asserts nothing.
@@ -23,8 +24,10 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -43,17 +46,21 @@ from trial_code.templates import for_workload
 
 H100 = targets.h100()
 RULE = "estimated registers per thread"
+"""The rule whose refusals are drawn unless ``--rule`` names another."""
 ROWS = Path(user_cache()) / "registers.jsonl"
+RULE_TRIES = 20_000
+"""Random configurations of each workload in which ``--rule`` must refuse one, or the command stops."""
 SEED_STRIDE = 100_000
 """Seeds of one draw's search for a refusal near the limit: draw ``d`` tries seeds
 ``d * SEED_STRIDE`` on, so no two draws share one."""
 
 
-def _refused_near(workload: workloads.Workload, draw_index: int, near: float) -> tuple[dict[str, Any] | None, str]:
-    """A configuration the check refuses by the register rule alone, with an estimate at most
-    ``near`` times the limit (None when 1,000 seeds find none)."""
+def _refused_near(workload: workloads.Workload, draw_index: int, near: float, rule: str
+                  ) -> tuple[dict[str, Any] | None, str]:
+    """A configuration the check refuses by ``rule`` alone, with a value at most ``near`` times
+    the limit (None when 1,000 seeds find none)."""
     for seed in range(draw_index * SEED_STRIDE, draw_index * SEED_STRIDE + 1000):
-        params, message = draw(workload, H100, seed, refused_by=(RULE,))
+        params, message = draw(workload, H100, seed, refused_by=(rule,))
         if params is None:
             return None, ""
         estimate, most = (int(number) for number in re.findall(r"\d+", message)[-2:])
@@ -62,16 +69,18 @@ def _refused_near(workload: workloads.Workload, draw_index: int, near: float) ->
     return None, ""
 
 
-def compiled(params: dict[str, Any], workload: workloads.Workload) -> dict[str, int]:
+def compiled(params: dict[str, Any], workload: workloads.Workload) -> dict[str, Any]:
     """Registers (the most of any of the kernels), what ptxas may give (the budget of the
-    largest block, from ``__launch_bounds__``) and bytes of local memory a thread (the most of
-    any kernel). Local memory below the budget is ptxas's own trade (fewer registers for more
-    blocks an SM), not a tile that ran out of registers."""
+    largest block, from ``__launch_bounds__``), bytes of local memory a thread (the most of any
+    kernel) and the seconds TVM and nvcc took (a trial's build). Local memory below the budget is
+    ptxas's own trade (fewer registers for more blocks an SM), not a tile that ran out of
+    registers."""
+    started = time.perf_counter()
     source = kernel.source(kernel.build(kernel.scheduled(workload, params, H100), H100), H100)
     threads = max((int(n) for n in re.findall(r"__launch_bounds__\((\d+)\)", source)), default=1)  # none: one thread
     found = resources(kernel.compile_cuda_source(source, H100)).values()
     return {"registers": max(each.registers for each in found), "budget": targets.registers_per_thread(threads),
-            "local": max(each.local_bytes for each in found)}
+            "local": max(each.local_bytes for each in found), "seconds": round(time.perf_counter() - started, 2)}
 
 
 def compile_request() -> None:
@@ -101,7 +110,7 @@ def compiled_within(name: str, params: dict[str, Any], limit_s: float) -> dict[s
     except subprocess.TimeoutExpired:
         _kill_session(process)
         process.communicate()
-        return {"error": f"compile past {limit_s:g} s", "timeout": True}
+        return {"error": f"compile past {limit_s:g} s", "timeout": True, "seconds": limit_s}
     finally:
         with _running_lock:
             _running.discard(process)
@@ -116,13 +125,13 @@ def _kill_session(process: subprocess.Popen) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-def measure(name: str, draw_index: int, near: float, limit_s: float) -> list[dict[str, Any]]:
+def measure(name: str, draw_index: int, near: float, limit_s: float, rule: str = RULE) -> list[dict[str, Any]]:
     """One admitted and one refused-near-the-limit draw of a workload, each compiled; a draw
     whose build fails or runs past the limit is a row with its error."""
     found = workloads.named_or_operator(name)
     rows = []
     admitted, _ = draw(found, H100, draw_index)
-    refused, message = _refused_near(found, draw_index, near)
+    refused, message = _refused_near(found, draw_index, near, rule)
     for kind, params in (("admitted", admitted), ("refused", refused)):
         if params is None:
             continue
@@ -135,11 +144,11 @@ def table(rows: list[dict[str, Any]], names: list[str], shares: dict[str, float]
     """One line per workload and one for all of them: the share of the space the check admits;
     admitted draws, those with local memory and of those the ones that used every register the
     budget allows (the estimate's misses); refusals near the limit and those that ptxas keeps
-    free of local memory (space the estimate loses)."""
+    free of local memory (space the estimate loses); the seconds each kind took to build."""
     lines = ["| workload | space admitted | admitted | with local memory (most bytes) | of which at the register "
              "budget | failed to build | refused near the limit | of which free of local memory | of which compiled "
-             "past the limit |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "past the limit | build s, admitted (median / max) | build s, refused (median / max) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in [*names, "all"] if len(names) > 1 else names:
         mine = [row for row in rows if name in ("all", row["workload"])]
         admitted = [row for row in mine if row["kind"] == "admitted"]
@@ -151,8 +160,19 @@ def table(rows: list[dict[str, Any]], names: list[str], shares: dict[str, float]
         failed = sum("error" in row for row in admitted)
         share = f"{100 * shares[name]:.2f} %" if name in shares else "-"
         lines.append(f"| {name} | {share} | {len(admitted)} | {len(spilled)} ({most}) | {exhausted} | {failed} "
-                     f"| {len(refused) + late} | {sum(row['local'] == 0 for row in refused)} | {late} |")
+                     f"| {len(refused) + late} | {sum(row['local'] == 0 for row in refused)} | {late} "
+                     f"| {_build_seconds(admitted)} | {_build_seconds([row for row in mine if row['kind'] == 'refused'])} |")
     return "\n".join(lines)
+
+
+def _build_seconds(rows: list[dict[str, Any]]) -> str:
+    """The median and the most seconds the rows' builds took, a build stopped at the limit counting
+    as the limit (its max then shown as at least that); "-" for no build that got that far."""
+    timed = sorted(row["seconds"] for row in rows if "seconds" in row)
+    if not timed:
+        return "-"
+    late = any(row.get("timeout", False) for row in rows)
+    return f"{statistics.median(timed):.1f} / {'>' if late else ''}{timed[-1]:.1f}"
 
 
 def nvcc_version() -> str:
@@ -165,15 +185,16 @@ def nvcc_version() -> str:
 def page(rows: list[dict[str, Any]], names: list[str], shares: dict[str, float], run: dict[str, Any]) -> str:
     """The results page: what was built, the table, the command, machine and date."""
     return "\n".join([
-        "# The CUDA register estimate against ptxas", "",
+        f"# The CUDA static check's rule \"{run['rule']}\" against ptxas and nvcc's time", "",
         f"The share of {run['space_draws']:,} uniform random configurations of each workload's space that the "
         f"static check admits (seed 0); {run['draws']} configurations a workload that it admits and "
-        f"{run['draws']} that it refuses by its register rule alone, with an estimate at most {run['near']:g} times "
-        f"the limit, built for {H100.arch} by TVM's own nvcc command (fast math, ptxas's register-usage level: "
-        f"what a trial's kernel gets; a compile stopped after {run['limit']:g} s) and read from the cubin. An admitted "
+        f"{run['draws']} that it refuses by the rule \"{run['rule']}\" alone, with a value at most {run['near']:g} "
+        f"times the limit, built for {H100.arch} by TVM's own nvcc command (fast math, ptxas's register-usage level: "
+        f"what a trial's kernel gets; a compile stopped after {run['limit']:g} s), timed (TVM's lowering and nvcc, "
+        "a trial's build) and read from the cubin. An admitted "
         "configuration with local memory below its register budget is ptxas's own trade of a few spilled bytes "
         "for more blocks an SM; one at the budget would be a tile the estimate let run out of registers. A "
-        "refusal free of local memory is space the estimate loses.", "",
+        "refusal free of local memory that built within the limit is space the rule may lose.", "",
         table(rows, names, shares), "",
         f"Command: `{run['command']}` (from the repository root). Machine: {run['machine']}, "
         f"nvcc {run['nvcc']}, no GPU. Run {run['started']} to {run['ended']}.", ""])
@@ -187,8 +208,10 @@ def main(argv: list[str] | None = None) -> None:
     add_number(parser, "--near", float, 1.0, 100.0, help="refusals drawn up to this many times the limit",
                default=2.0)
     add_number(parser, "--workers", int, 1, 256, help="compiles at once", default=2)
-    add_number(parser, "--limit", float, 10, 3600, help="seconds a compile may take (a trial's build: 60)",
+    add_number(parser, "--limit", float, 10, 3600, help="seconds a compile may take (a trial's build: 120)",
                default=120)
+    parser.add_argument("--rule", default=RULE, help="words of the static check's rule whose refusals near its "
+                                                     "limit are drawn (default: %(default)s)")
     add_number(parser, "--space-draws", int, 1, 1_000_000, default=20_000,
                help="random configurations a workload, to count the share the check admits")
     parser.add_argument("--out", type=Path, help="folder for the results page (README.md)")
@@ -208,26 +231,32 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"registers: --workloads {name}: {error}")
         if family not in ("matmul", "batch_matmul", "conv2d", "operator"):
             sys.exit(f"registers: --workloads {name} is not a GEMM, convolution or operator workload")
+    if not any(draw(workloads.named_or_operator(name), H100, 0, refused_by=(args.rule,), tries=RULE_TRIES)[0]
+               for name in args.workloads):
+        sys.exit(f"registers: --rule {args.rule!r}: the static check refuses none of {RULE_TRIES:,} random "
+                 "configurations of these workloads by a rule with those words")
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     jobs = [(name, index) for name in args.workloads for index in range(args.draws)]
     try:
         with ThreadPoolExecutor(args.workers) as pool:
-            rows = [row for found in pool.map(lambda job: measure(*job, args.near, args.limit), jobs) for row in found]
+            measured = pool.map(lambda job: measure(*job, args.near, args.limit, args.rule), jobs)
+            rows = [row for found in measured for row in found]
     except BaseException:
         with _running_lock:
             for process in list(_running):
                 _kill_session(process)
         raise
     shares = {name: admitted_share(workloads.named_or_operator(name), H100, args.space_draws) for name in args.workloads}
-    print(f"{args.draws} draws a workload, refusals up to {args.near:g} times the limit, "
+    print(f"{args.draws} draws a workload, refusals by \"{args.rule}\" up to {args.near:g} times the limit, "
           f"built for {H100.arch} by TVM's nvcc command, read from the cubin; the share of "
           f"{args.space_draws} random configurations the check admits")
     print(table(rows, args.workloads, shares))
     if args.out:
-        run = {"command": " ".join(["nni-opevo registers", *(argv if argv is not None else sys.argv[1:])]),
+        run = {"command": shlex.join(["nni-opevo", "registers", *(argv if argv is not None else sys.argv[1:])]),
                "machine": describe(), "nvcc": nvcc_version(), "started": started,
                "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "draws": args.draws, "near": args.near,
-               "limit": args.limit, "space_draws": args.space_draws}
+               "limit": args.limit, "space_draws": args.space_draws,
+               "rule": args.rule}
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "README.md").write_text(page(rows, args.workloads, shares, run))
     args.rows.parent.mkdir(parents=True, exist_ok=True)

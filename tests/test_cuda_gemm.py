@@ -209,6 +209,7 @@ def test_the_registers_command_sets_the_estimate_against_ptxas(tmp_path, capsys)
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert {row["kind"] for row in rows} == {"admitted", "refused"}
     assert all(row["registers"] <= row["budget"] <= targets.MAX_REGISTERS_PER_THREAD and row["local"] >= 0 for row in rows)
+    assert all(0 < row["seconds"] < 120 for row in rows)  # TVM's lowering and nvcc, timed
     refused = next(row for row in rows if row["kind"] == "refused")
     assert refused["rule"].startswith("estimated registers per thread")
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| MM_small |"))
@@ -218,6 +219,11 @@ def test_the_registers_command_sets_the_estimate_against_ptxas(tmp_path, capsys)
     page = (tmp_path / "README.md").read_text()
     assert line in page.splitlines()
     assert "Command: `nni-opevo registers --workloads MM_small --draws 1" in page and "nvcc 13" in page
+    assert page.startswith('# The CUDA static check\'s rule "estimated registers per thread" against ptxas')
+    seconds = line.split("|")[10].strip()  # the admitted draw's build, as median / max
+    assert re.fullmatch(r"(\d+\.\d) / \1", seconds)
+    with pytest.raises(SystemExit, match=r"^registers: --rule 'no such rule': the static check refuses none of "):
+        registers.main(["--workloads", "MM_small", "--rule", "no such rule"])
 
 
 @pytest.mark.slow(seconds=8)
@@ -251,7 +257,7 @@ def test_a_registers_compile_past_its_limit_is_a_row_and_leaves_nothing_running(
     monkeypatch.setattr(registers, "_kill_session", lambda process: (killed.append(process.pid), kill_session(process)))
     small = workloads.lookup("MM_small")
     row = registers.compiled_within("MM_small", draw(small, H100, 0)[0], limit_s=0.5)
-    assert row == {"error": "compile past 0.5 s", "timeout": True} and len(killed) == 1
+    assert row == {"error": "compile past 0.5 s", "timeout": True, "seconds": 0.5} and len(killed) == 1
     left = []
     for path in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError):  # a process that ended meanwhile
