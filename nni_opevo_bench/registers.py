@@ -4,7 +4,7 @@ The static check refuses a configuration whose estimated registers per thread ex
 ptxas gives a block of its threads, so that no admitted kernel spills to local memory; an
 estimate too high loses space instead. For each workload this draws configurations the check
 admits and configurations it refuses by one rule alone (``--rule``: the register estimate, or
-another) with a value at most ``--near`` times the
+another, such as the GEMM's multiply-adds written out) with a value at most ``--near`` times the
 limit (the refusals that might be wrong), compiles each for an H100 with TVM's own nvcc command
 (what a trial's kernel gets), times the build and reads the registers and local memory ptxas
 recorded in the cubin; it also counts the share of the workload's space that the check admits
@@ -12,6 +12,7 @@ recorded in the cubin; it also counts the share of the workload's space that the
 them as a results page; it asserts nothing.
 
     nni-opevo registers --workloads MM1 MM2 MM3 BMM1 BMM2 BMM3 --draws 40 --out docs/results/cuda-registers
+    nni-opevo registers --rule "multiply-adds written out" --near 4 --out docs/results/cuda-written-out
 
 A workload named ``module:function`` is a user's operator at its default shape
 (``examples.operators:attention``), its template derived from its computation.

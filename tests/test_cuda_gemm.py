@@ -4,6 +4,7 @@ unrolled register stage, and no local memory for any tile the static check admit
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 import shutil
@@ -21,7 +22,9 @@ from cuda_build import (
 )
 
 from trial_code import targets, workloads
+from trial_code.constraint import draw
 from trial_code.templates import Infeasible, for_workload
+from trial_code.templates.gemm import WRITTEN_OUT, written_out
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
 MM1 = workloads.lookup("MM1")
@@ -115,17 +118,46 @@ def test_split_k_adds_a_kernel_for_the_partial_sums():
         for_workload(MM1).check(MM1, {**TILE, "tile_k": [32, 4, 8, 1]}, H100)
 
 
+def multiply_adds(source: str) -> int:
+    """The multiply-add statements in a GEMM kernel's CUDA source (a loop's body counted once)."""
+    return len(re.findall(r"(C\w*_local_ptr)\[[^]]+\] = \(\1\[[^]]+\] \+", source))
+
+
 def test_unroll_writes_out_the_register_stage():
     """8 x 8 outputs per thread (4 virtual threads of 4 x 4) over 8 K steps: 512 multiply-adds,
     all written out at unroll 512; below it, one K step's 64 (the thread's tile, always written
     out so that it stays in registers) in a loop over the 8 steps."""
-    def multiply_adds(source: str) -> int:
-        return len(re.findall(r"C_local_ptr\[\d+\] = \(C_local_ptr\[\d+\] \+", source))
-
     sources = {step: cuda_source(MM1, {**TILE, "unroll": step}) for step in (512, 64, 0)}
     assert [multiply_adds(sources[step]) for step in (512, 64, 0)] == [512, 64, 64]
     assert "for (int k_1 = 0; k_1 < 8; ++k_1)" not in sources[512]
     assert all("for (int k_1 = 0; k_1 < 8; ++k_1)" in sources[step] for step in (64, 0))
+
+
+@pytest.mark.slow(seconds=6)
+@pytest.mark.parametrize("name", ["MM1", "BMM1"])
+def test_the_check_counts_the_multiply_adds_tvm_writes_into_the_kernel(name):
+    """The count the check bounds (virtual threads copied, a pipeline's stages, the register
+    stage written whole) is the count in TVM's CUDA source, for admitted tiles of more than 512
+    and for tiles it refuses by that count."""
+    workload = workloads.lookup(name)
+    admitted = (params for seed in itertools.count() for params in [draw(workload, H100, seed)[0]]
+                if written_out(params) > 512)
+    refused = (params for seed in itertools.count()
+               for params in [draw(workload, H100, seed, refused_by=("multiply-adds written out",))[0]]
+               if written_out(params) <= 4 * WRITTEN_OUT)
+    tiles = [*itertools.islice(admitted, 4), *itertools.islice(refused, 2)]
+    assert {params["stages"] > 1 for params in tiles} == {True, False}
+    for params in tiles:
+        assert multiply_adds(cuda_source(workload, params, checked=False)) == written_out(params), params
+
+
+def test_a_tile_that_nvcc_compiles_for_minutes_is_refused():
+    """256 K steps of 8 x 2 outputs over 4 virtual threads: 16,384 multiply-adds of straight-line
+    code, which nvcc compiled for more than 300 s."""
+    tile = {"tile_n": [8, 1, 8, 8], "tile_m": [32, 4, 4, 2], "tile_k": [2, 1, 2, 256], "inner_order": ["k", "n", "m"],
+            "unroll": 512, "vector": 2, "stages": 1, "pad": 0, "raster": 4}
+    with pytest.raises(Infeasible, match="^multiply-adds written out per thread 16384 exceeds the limit 2048$"):
+        for_workload(MM1).check(MM1, tile, H100)
 
 
 def test_vector_width_must_divide_the_tile_and_the_rows():

@@ -23,6 +23,7 @@ between K steps (the BLIS way).
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,12 @@ HOISTED_STEPS = 4
 VTHREAD_LOOP = 16
 """Virtual threads along one axis from which TVM writes them as a loop rather than one copy of
 each statement per virtual thread (``InjectVirtualThread``)."""
+WRITTEN_OUT = 2048
+"""Multiply-adds a thread's code may hold written out (``written_out``): nvcc's time grows faster
+than the code it compiles. Admitted MatMul and BatchMatMul tiles built in 0.5-3.4 s, tiles of
+2,049-8,192 in 5-67 s (median 17) and one of 16,384 in more than 300 s (``nni-opevo registers
+--rule "multiply-adds written out"``, docs/results/cuda-written-out); the fastest tiles tuned on
+an H100 and an H200 write out at most 512."""
 RASTER_GROUPS = (0, 2, 4, 8)
 """Column blocks per group of the block order (0: the plain 2-D grid)."""
 BANKS = 32
@@ -147,6 +154,7 @@ class GemmTemplate(Template):
         # The accumulators, and the operand values the register stage holds at once.
         registers = n[1] * n[3] * m[1] * m[3] + _live_fragments(params) + REGISTER_OVERHEAD
         limit("estimated registers per thread", registers, registers_per_thread(threads))
+        limit("multiply-adds written out per thread", written_out(params), WRITTEN_OUT)
 
     def split(self, workload: Workload, params: dict[str, Any] | None, target: Target) -> int:
         """Split-K: the first factor of ``tile_k`` on CUDA."""
@@ -249,11 +257,7 @@ class GemmTemplate(Template):
         if params["unroll"]:
             sch.annotate(top, "pragma_auto_unroll_max_step", params["unroll"])
             sch.annotate(top, "pragma_unroll_explicit", 1)
-            # The register stage written out whole (an 8 x 8 tile over 8 K steps: 512 multiply-adds
-            # and no loop) when its multiply-adds are within the limit; TVM's own count includes
-            # the loads, and stops short of it.
-            n, m, k = params["tile_n"], params["tile_m"], params["tile_k"]
-            if k[2] * k[3] * n[1] * n[3] * m[1] * m[3] <= params["unroll"]:
+            if _stage_written_out(params):
                 sch.unroll(k1)
         pipeline(sch, k0, params["stages"])  # k0's body: the two shared-memory fills, then the register stages
         above = [sch.get(loop) for loop in sch.get_loops(block)]
@@ -300,6 +304,29 @@ class GemmTemplate(Template):
         cols = b[index[:, 0], :, index[:, 2]]  # (S, K)
         products = rows * cols
         return products.sum(axis=1), np.abs(products).sum(axis=1)
+
+
+def _stage_written_out(params: dict[str, Any]) -> bool:
+    """Whether the register stage is written out whole (an 8 x 8 tile over 8 K steps: 512
+    multiply-adds and no loop): when its multiply-adds are within ``unroll``. TVM's own count
+    includes the loads, and stops short of it."""
+    n, m, k = params["tile_n"], params["tile_m"], params["tile_k"]
+    return 0 < k[2] * k[3] * n[1] * n[3] * m[1] * m[3] <= params["unroll"]
+
+
+def written_out(params: dict[str, Any]) -> int:
+    """The multiply-adds a thread's kernel holds as straight-line code: what nvcc's time grows
+    with. The inner K loop and the thread's tile are always written out (their registers are
+    indexed by them); TVM copies each statement once per virtual thread along an axis shorter
+    than ``VTHREAD_LOOP`` or within ``unroll``, writes the register stage out whole under
+    ``_stage_written_out``, and a pipeline of ``stages`` holds that many register stages (its
+    body and the last stages' epilogue). Equal to the count in TVM's CUDA source for every tile
+    of more than 512 drawn (``tests``); TVM's auto-unroll may write out more of a tile whose
+    body is small, never past ``unroll``."""
+    n, m, k = params["tile_n"], params["tile_m"], params["tile_k"]
+    copies = math.prod(vthreads for vthreads in (n[1], m[1]) if vthreads < VTHREAD_LOOP or vthreads <= params["unroll"])
+    pipelined = min(params["stages"], k[1])
+    return k[3] * n[3] * m[3] * copies * pipelined * (k[2] if _stage_written_out(params) else 1)
 
 
 def _live_fragments(params: dict[str, Any]) -> int:
