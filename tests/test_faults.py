@@ -45,7 +45,7 @@ NATIVE_HANG = """
 import os
 def patch(m):
     real = m.time_kernel
-    def forever(module, args, device, repeat, min_repeat_ms, adaptive=False):
+    def forever(module, args, device, repeat, min_repeat_ms, **timing):
         open(os.environ["NNI_OPEVO_TEST_TIMING"], "w").close()
         return real(module, args, device, 1000, 600_000)  # ten minutes inside TVM's time evaluator (C++)
     m.time_kernel = forever

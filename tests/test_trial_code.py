@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -459,6 +460,24 @@ def test_adaptive_timing_runs_a_fixed_number_per_repeat():
     timing = measure.time_kernel(executable.mod, args, measure.device_of(CPU), repeat=3, min_repeat_ms=20,
                                  adaptive=True)
     assert len(timing.repeats_s) == 3 and timing.latency_s > 0
+
+
+def test_a_kernel_whose_one_run_fills_the_window_is_timed_in_the_runs_the_limit_leaves():
+    """A run of 0.5 s (the check's) against a 50 ms window: one run a repeat, as many repeats as
+    80 % of the seconds left hold after the evaluator's warm-up run (none of a ten-run probe);
+    with too little left for two runs, the check's run is the measurement."""
+    workload = workloads.lookup("MM_small")
+    executable = kernel.build(kernel.scheduled(workload, feasible(workload, CPU), CPU), CPU)
+    device = measure.device_of(CPU)
+    args = measure.upload(measure.prepare(workload, seed=0), device)
+
+    def repeats(left_s: float) -> list[float]:
+        return measure.time_kernel(executable.mod, args, device, repeat=5, min_repeat_ms=50, adaptive=True,
+                                   run_s=0.5, left_s=left_s).repeats_s
+
+    assert [len(repeats(left_s)) for left_s in (math.inf, 10.0, 2.0, 1.3)] == [5, 5, 2, 1]
+    assert repeats(1.2) == [0.5]
+    assert all(0 < run < 0.5 for run in repeats(2.0))  # MM_small's real runs, timed
 
 
 def _spin(stop) -> None:

@@ -111,7 +111,8 @@ def _evaluate(workload: Workload, params: dict[str, Any] | None, target: Target,
         return Result(Status.RUNTIME_DEVICE, error="no CUDA device is visible here "
                       f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); use target cpu")
     job = {"workload": workload.to_json(), "params": params, "target": target.to_json(), "seed": limits.seed,
-           "repeat": limits.repeat, "min_repeat_ms": limits.min_repeat_ms, "build_only": build_only,
+           "repeat": limits.repeat, "min_repeat_ms": limits.min_repeat_ms, "run_timeout": limits.run_timeout,
+           "build_only": build_only,
            "source_path": source_path, "library_path": library_path, "lock_timeout": limits.lock_wait,
            "check": in_worker}
     with tempfile.TemporaryFile("w+") as stderr:

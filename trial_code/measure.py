@@ -19,6 +19,7 @@ import json
 import math
 import os
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,13 @@ ADAPTIVE_RUNS = 200
 """On a GPU, each timed repeat lasts this many kernel runs (at most ``min_repeat_ms``): a
 kernel of tens of microseconds is timed in milliseconds instead of the full window, with as
 many runs per repeat as the window would give a kernel of a quarter millisecond."""
+
+
+SLOW_RUN_SHARE = 0.8
+"""A kernel whose one run fills a timing window is timed in as many runs as fit in this share of
+what is left of the run limit (TVM's evaluator adds a warm-up run): the ten-run probe and five
+repeats of a convolution of one thread a block, seven seconds a run, ran past the 60 s limit
+and ended RUN_TIMEOUT on the H100 and the H200, holding the GPU all that time for nothing."""
 
 
 class WrongAnswer(Exception):
@@ -168,12 +176,15 @@ def arguments(workload: Workload, device: Any, seed: int) -> tuple[list[np.ndarr
 
 
 def verify(workload: Workload, function: Any, host: list[np.ndarray], args: list[Any], device: Any,
-           seed: int, prepared: Prepared | None = None) -> None:
-    """Run once and compare; raises WrongAnswer with the worst element's numbers. ``prepared``:
-    the reference made beforehand (``prepare``), else computed here from ``host``. ``args``' output
-    holds the first of its type's poison values (``upload``)."""
+           seed: int, prepared: Prepared | None = None) -> float:
+    """Run once and compare; raises WrongAnswer with the worst element's numbers, else returns
+    the seconds that run took. ``prepared``: the reference made beforehand (``prepare``), else
+    computed here from ``host``. ``args``' output holds the first of its type's poison values
+    (``upload``)."""
+    started = time.perf_counter()
     function(*args)
     device.sync()
+    run_s = time.perf_counter() - started
     out = args[-1].numpy()
     if np.issubdtype(out.dtype, np.integer):
         _check_all_written(function, args, device, out)
@@ -195,6 +206,7 @@ def verify(workload: Workload, function: Any, host: list[np.ndarray], args: list
     if error[worst] > allowed[worst]:
         raise WrongAnswer(f"output{tuple(int(i) for i in index[worst])} = {got[worst]:.6g}, "
                           f"reference {expected[worst]:.6g} (|error| {error[worst]:.3g} > {allowed[worst]:.3g})")
+    return run_s
 
 
 def _check_all_written(function: Any, args: list[Any], device: Any, out: np.ndarray) -> None:
@@ -214,9 +226,18 @@ def _check_all_written(function: Any, args: list[Any], device: Any, out: np.ndar
 
 
 def time_kernel(executable_module: Any, args: list[Any], device: Any, repeat: int, min_repeat_ms: int,
-                adaptive: bool = False) -> Timing:
+                adaptive: bool = False, run_s: float = 0.0, left_s: float = math.inf) -> Timing:
     """TVM's time evaluator: each repeat runs the kernel enough times to last ``min_repeat_ms``,
-    or with ``adaptive`` (GPUs) ``ADAPTIVE_RUNS`` runs when those take less."""
+    or with ``adaptive`` (GPUs) ``ADAPTIVE_RUNS`` runs when those take less. A kernel whose one
+    run (``run_s``, the check's) lasts the window is timed one run a repeat, in as many repeats as
+    ``SLOW_RUN_SHARE`` of ``left_s`` seconds holds; where that is less than its warm-up and one
+    repeat, the check's run is the measurement."""
+    if run_s > 0 and run_s * 1e3 >= min_repeat_ms:
+        runs = math.floor(SLOW_RUN_SHARE * left_s / run_s) if math.isfinite(left_s) else repeat + 1
+        if runs < 2:
+            return Timing(run_s, [run_s])
+        result = executable_module.time_evaluator("main", device, number=1, repeat=min(repeat, runs - 1))(*args)
+        return Timing(float(np.median(result.results)), [float(r) for r in result.results])
     if adaptive and min_repeat_ms > 0:
         probe = executable_module.time_evaluator("main", device, number=10, repeat=1)(*args).mean
         number = max(1, min(ADAPTIVE_RUNS, math.ceil(min_repeat_ms / 1e3 / max(probe, 1e-9))))

@@ -152,9 +152,11 @@ def build_and_measure(job: dict[str, Any], holding: bool) -> None:
 
 
 def measured(workload: Any, executable: Any, target: Any, job: dict[str, Any], prepared: Any) -> None:
-    """Check and time the built kernel on the device (whose lock is held)."""
+    """Check and time the built kernel on the device (whose lock is held), within the run limit
+    that began now."""
     from . import measure
 
+    began = time.monotonic()
     device = measure.device_of(target)
     try:
         function = executable["main"]
@@ -162,14 +164,15 @@ def measured(workload: Any, executable: Any, target: Any, job: dict[str, Any], p
     except Exception as exc:  # loading the module onto the device
         return fail("COMPILE_DEVICE", exc)
     try:
-        measure.verify(workload, function, prepared.host, args, device, job["seed"], prepared)
+        run_s = measure.verify(workload, function, prepared.host, args, device, job["seed"], prepared)
     except measure.WrongAnswer as exc:
         return fail("WRONG_ANSWER", exc)
     except Exception as exc:
         return fail("RUNTIME_DEVICE", exc)
     try:
         timing = measure.time_kernel(executable.mod, args, device, job["repeat"], job["min_repeat_ms"],
-                                     adaptive=target.kind == "cuda")
+                                     adaptive=target.kind == "cuda", run_s=run_s,
+                                     left_s=job["run_timeout"] - (time.monotonic() - began))
     except Exception as exc:
         return fail("RUNTIME_DEVICE", exc)
     from .templates import for_workload
