@@ -251,11 +251,23 @@ def test_the_registers_command_sets_the_estimate_against_ptxas(tmp_path, capsys)
     page = (tmp_path / "README.md").read_text()
     assert line in page.splitlines()
     assert "Command: `nni-opevo registers --workloads MM_small --draws 1" in page and "nvcc 13" in page
-    assert page.startswith('# The CUDA static check\'s rule "estimated registers per thread" against ptxas')
+    assert page.startswith("# The CUDA static check against ptxas and nvcc's time\n\n## The rule \"estimated registers")
     seconds = line.split("|")[10].strip()  # the admitted draw's build, as median / max
     assert re.fullmatch(r"(\d+\.\d) / \1", seconds)
     with pytest.raises(SystemExit, match=r"^registers: --rule 'no such rule': the static check refuses none of "):
         registers.main(["--workloads", "MM_small", "--rule", "no such rule"])
+
+
+def test_the_registers_page_holds_a_section_per_rule_each_replaced_by_its_own_run():
+    """A run for one rule replaces that rule's section of the page and keeps the others."""
+    from nni_opevo_bench import registers
+
+    def run(rule: str, text: str) -> str:
+        return f'## The rule "{rule}"\n\n{text}'
+
+    both = registers.page(registers.page("", "b rule", run("b rule", "first b")), "a rule", run("a rule", "first a"))
+    again = registers.page(both, "b rule", run("b rule", "second b"))
+    assert again == (f"{registers.TITLE}\n\n{run('a rule', 'first a')}\n\n{run('b rule', 'second b')}\n")
 
 
 @pytest.mark.slow(seconds=8)
