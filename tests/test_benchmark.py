@@ -181,7 +181,7 @@ def test_live_objectives_give_every_tuner_the_trial_codes_static_check():
     live = Live("MM_small", targets.cpu(), Limits())
     check = constraint.load(live.constraint["constraint"], live.constraint["constraint_args"])
     assert not check({"tile_n": [8, 1, 32], "tile_m": [1, 1, 256], "tile_k": [64, 4], "block_order": ["k", "n", "m"]})
-    assert check({"tile_n": [8, 4, 8], "tile_m": [4, 4, 16], "tile_k": [64, 4], "block_order": ["k", "n", "m"]})
+    assert check({"tile_n": [8, 8, 4], "tile_m": [4, 4, 16], "tile_k": [64, 4], "block_order": ["k", "n", "m"]})
 
 
 def test_a_band_leaves_out_the_trials_where_a_seed_has_nothing_yet(tmp_path):

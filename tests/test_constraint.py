@@ -75,11 +75,9 @@ def test_trial_code_constraint_takes_custom_shapes():
 def test_trial_code_constraint_refuses_a_search_space_of_another_workload():
     """An experiment whose constraint_args name another workload or target than its search space
     gets the cause as an error, not "no feasible configuration is left"."""
-    import numpy as np
-
     small = workloads.lookup("MM_small")
     space = SearchSpace(for_workload(small).space(small, "cpu"))
-    params = space.to_trial(space.sample(np.random.default_rng(0)))
+    params, _ = trial_constraint.draw(small, targets.cpu(), seed=0)
     assert trial_constraint.feasible(params, **trial_constraint.class_args(small, "cpu")["constraint_args"])
     with pytest.raises(ValueError, match="constraint_args name workload MM1 on target cuda, but the search space is "
                                          "not theirs: parameter 'tile_n'"):

@@ -2,6 +2,7 @@
 built, run and checked against NumPy, and every failure status from a matching bad input."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -18,7 +19,7 @@ from feasible import feasible
 from trial_code import kernel, measure, targets, workloads
 from trial_code.evaluate import Limits, evaluate
 from trial_code.status import Status
-from trial_code.templates import for_workload
+from trial_code.templates import Infeasible, for_workload
 from trial_code.trial import parse, run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,6 +142,39 @@ def test_cpu_gemm_is_right_wherever_block_order_puts_its_accumulator(block_order
     host, args = measure.arguments(workload, measure.device_of(CPU), seed=4)
     function(*args)
     np.testing.assert_allclose(args[-1].numpy(), _numpy_full(workload, host), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("registers, size, rows, columns, refused", [
+    (16, 32, 4, 16, ""), (16, 32, 4, 32, "21 exceeds the limit 16"), (16, 32, 16, 8, "18 exceeds the limit 16"),
+    (32, 64, 4, 64, ""), (32, 64, 16, 32, "35 exceeds the limit 32"), (0, 0, 64, 64, "")],
+    ids=["avx2", "avx2-wide", "avx2-tall", "avx512", "avx512-tall", "unknown"])
+def test_a_cpu_register_tile_past_the_vector_registers_is_refused(registers, size, rows, columns, refused):
+    """A thread's register tile of ``rows`` x ``columns`` floats: its accumulators, a step's
+    vectors of B and a broadcast value of A must fit the CPU's vector registers (AVX2: 16 of 8
+    floats; AVX-512: 32 of 16); a machine whose registers are unknown sets no bound."""
+    workload = workloads.lookup("MM_small")
+    target = dataclasses.replace(CPU, vector_registers=registers, vector_bytes=size)
+    params = {"tile_n": [4, 64 // rows, rows], "tile_m": [4, 64 // columns, columns], "tile_k": [16, 16],
+              "block_order": ["n", "m", "k"]}
+    if refused:
+        with pytest.raises(Infeasible, match=r"^vector registers of the register tile \(last of 'tile_n' by last of "
+                                             rf"'tile_m'\) {refused}$"):
+            for_workload(workload).check(workload, params, target)
+    else:
+        for_workload(workload).check(workload, params, target)
+
+
+@pytest.mark.parametrize("flags, vectors", [
+    ("flags\t\t: fpu sse sse2 avx avx2 fma", {"vector_registers": 16, "vector_bytes": 32}),
+    ("flags\t\t: fpu sse2 avx2 avx512f avx512vl", {"vector_registers": 32, "vector_bytes": 64}),
+    ("flags\t\t: fpu sse sse2", {"vector_registers": 16, "vector_bytes": 16}),
+    ("Features\t: fp asimd evtstrm", {"vector_registers": 32, "vector_bytes": 16}),
+    ("model name\t: a CPU of no vector unit", {})], ids=["avx2", "avx512", "sse", "arm", "none"])
+def test_the_cpu_vector_registers_are_read_from_the_flags_the_kernel_reports(tmp_path, flags, vectors):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\n{flags}\n\nprocessor\t: 1\n{flags}\n")
+    assert targets.cpu_vectors(str(cpuinfo)) == vectors
+    assert targets.cpu_vectors(str(tmp_path / "absent")) == {}
 
 
 @pytest.mark.parametrize("tile_x", [[28, 1], [14, 2]], ids=["one-element", "two-columns"])

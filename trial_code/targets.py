@@ -75,6 +75,10 @@ class Target:
     """LLVM's name of the CPU the code is for ("znver4", "sapphirerapids"). Empty: the machine's
     own, filled in by the worker (``kernel.for_host``), which loads LLVM anyway; without it LLVM
     emits baseline x86-64 code (no AVX2, no AVX-512), 3x slower on the development machine."""
+    vector_registers: int = 0
+    vector_bytes: int = 0
+    """The CPU's vector registers and the bytes of each (``cpu_vectors``), which bound a register
+    tile that LLVM keeps whole in registers; 0: unknown, no such bound."""
 
     def tvm_target(self) -> dict[str, Any]:
         """The target as the dict ``tvm.target.Target`` takes (option strings are rejected in 0.27)."""
@@ -170,7 +174,25 @@ def off_pinned_cores() -> Iterator[None]:
 
 
 def cpu() -> Target:
-    return Target("llvm")
+    return Target("llvm", **cpu_vectors())
+
+
+@functools.cache
+def cpu_vectors(cpuinfo: str = "/proc/cpuinfo") -> dict[str, int]:
+    """This machine's vector registers and their bytes, from the instruction sets the kernel
+    reports (LLVM compiles for the machine's own CPU): AVX-512, 32 of 64 bytes; AVX or AVX2,
+    16 of 32; SSE, 16 of 16; Arm's Advanced SIMD, 32 of 16; none where the kernel reports none
+    of these (not Linux), which sets no bound."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as info:
+            features = next((set(line.split(":", 1)[1].split()) for line in info
+                             if line.split(":", 1)[0].strip() in ("flags", "Features")), set())
+    except OSError:
+        return {}
+    for flag, registers, size in (("avx512f", 32, 64), ("avx", 16, 32), ("sse2", 16, 16), ("asimd", 32, 16)):
+        if flag in features:
+            return {"vector_registers": registers, "vector_bytes": size}
+    return {}
 
 
 def h100() -> Target:

@@ -130,6 +130,18 @@ def check_cpu_unroll(name: str, extent: int) -> None:
     limit(f"unrolled register-tile extent (last of '{name}')", extent, MAX_CPU_UNROLL)
 
 
+def check_cpu_register_tile(target: Target, what: str, rows: int, columns: int, itemsize: int = 4) -> None:
+    """A register tile of ``rows`` unrolled rows of ``columns`` vectorized values, accumulated
+    across the reduction loop inside it: its accumulators (``rows`` x a row's vectors), one
+    step's vectors of the other operand and one broadcast value must fit the CPU's vector
+    registers (``Target.vector_registers``), or LLVM spills accumulators to the stack inside the
+    innermost loop."""
+    if not target.vector_registers:
+        return
+    vectors = -(-columns * itemsize // target.vector_bytes)
+    limit(f"vector registers of the register tile ({what})", rows * vectors + vectors + 1, target.vector_registers)
+
+
 def loops_below(sch: Any, block: Any, anchor: Any) -> list[Any]:
     """The loops ``compute_at``/``reverse_compute_at(block, anchor)`` created for ``block``: those
     below ``anchor``. Axes of extent 1 get no loop, so they are found by position, not by

@@ -66,6 +66,7 @@ from .base import (
     SPATIAL,
     Infeasible,
     Template,
+    check_cpu_register_tile,
     check_cpu_unroll,
     check_cpu_vector,
     check_gpu_launch,
@@ -297,13 +298,18 @@ class DerivedTemplate(Template):
                 one_of(params, "row_sums", tuple(_row_sums(found)))
             if found.shared:
                 one_of(params, "compute_once", (0, 1))
+            itemsize = 4 * found.value_registers
             if _column_widths(found):
-                one_of(params, "columns", tuple(_column_widths(found)))
-                one_of(params, "column_rows", COLUMN_ROWS)
+                columns = one_of(params, "columns", tuple(_column_widths(found)))
+                rows = one_of(params, "column_rows", COLUMN_ROWS)
+                check_cpu_register_tile(target, "'column_rows' by 'columns'", rows, columns, itemsize)
             if spatial:
                 check_cpu_vector(f"tile_{spatial[-1]}", tiles[spatial[-1]][2])
-                check_cpu_unroll("the register tile of the other spatial axes",
-                                 math.prod(tiles[name][2] for name in spatial[:-1]))
+                rows = math.prod(tiles[name][2] for name in spatial[:-1])
+                check_cpu_unroll("the register tile of the other spatial axes", rows)
+                if found.reductions:
+                    check_cpu_register_tile(target, "the last factors of the spatial tile_*", rows,
+                                            tiles[spatial[-1]][2], itemsize)
             return
         order(params, "inner_order", names)
         unroll = one_of(params, "unroll", UNROLL_STEPS)

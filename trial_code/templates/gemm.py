@@ -34,6 +34,7 @@ from .base import (
     STAGES,
     Infeasible,
     Template,
+    check_cpu_register_tile,
     check_cpu_unroll,
     check_cpu_vector,
     check_gpu_launch,
@@ -119,6 +120,7 @@ class GemmTemplate(Template):
             order(params, "block_order", CPU_BLOCK)
             check_cpu_unroll("tile_n", n[2])
             check_cpu_vector("tile_m", m[2])
+            check_cpu_register_tile(target, "last of 'tile_n' by last of 'tile_m'", n[2], m[2])
 
     @staticmethod
     def _check_cuda(workload: Workload, params: dict[str, Any], target: Target) -> None:
