@@ -47,9 +47,9 @@ many runs per repeat as the window would give a kernel of a quarter millisecond.
 
 SLOW_RUN_SHARE = 0.8
 """A kernel whose one run fills a timing window is timed in as many runs as fit in this share of
-what is left of the run limit (TVM's evaluator adds a warm-up run): the ten-run probe and five
-repeats of a convolution of one thread a block, seven seconds a run, ran past the 60 s limit
-and ended RUN_TIMEOUT on the H100 and the H200, holding the GPU all that time for nothing."""
+what is left of the run limit (TVM's evaluator adds a warm-up run): the check's run, the ten-run
+probe and five repeats of a convolution of one thread a block ran past the 60 s limit and ended
+RUN_TIMEOUT on the H100 and the H200, holding the GPU all that time for nothing."""
 
 
 class WrongAnswer(Exception):
@@ -225,13 +225,26 @@ def _check_all_written(function: Any, args: list[Any], device: Any, out: np.ndar
                           f"{first} and {second})")
 
 
+def one_run(function: Any, args: list[Any], device: Any, first_s: float, min_repeat_ms: int) -> float:
+    """The seconds of one run of a kernel whose check's run took ``first_s``: that run where it
+    was shorter than a timing window, else a second run's, since the first may include loading
+    the module onto the device (and the driver compiling its PTX). Without a window (0), any run
+    is one."""
+    if first_s * 1e3 < min_repeat_ms or not min_repeat_ms:
+        return first_s
+    started = time.perf_counter()
+    function(*args)
+    device.sync()
+    return time.perf_counter() - started
+
+
 def time_kernel(executable_module: Any, args: list[Any], device: Any, repeat: int, min_repeat_ms: int,
                 adaptive: bool = False, run_s: float = 0.0, left_s: float = math.inf) -> Timing:
     """TVM's time evaluator: each repeat runs the kernel enough times to last ``min_repeat_ms``,
     or with ``adaptive`` (GPUs) ``ADAPTIVE_RUNS`` runs when those take less. A kernel whose one
-    run (``run_s``, the check's) lasts the window is timed one run a repeat, in as many repeats as
+    run (``run_s``: ``one_run``) lasts the window is timed one run a repeat, in as many repeats as
     ``SLOW_RUN_SHARE`` of ``left_s`` seconds holds; where that is less than its warm-up and one
-    repeat, the check's run is the measurement."""
+    repeat, that run is the measurement."""
     if run_s > 0 and run_s * 1e3 >= min_repeat_ms:
         runs = math.floor(SLOW_RUN_SHARE * left_s / run_s) if math.isfinite(left_s) else repeat + 1
         if runs < 2:

@@ -164,12 +164,13 @@ def measured(workload: Any, executable: Any, target: Any, job: dict[str, Any], p
     except Exception as exc:  # loading the module onto the device
         return fail("COMPILE_DEVICE", exc)
     try:
-        run_s = measure.verify(workload, function, prepared.host, args, device, job["seed"], prepared)
+        first_s = measure.verify(workload, function, prepared.host, args, device, job["seed"], prepared)
     except measure.WrongAnswer as exc:
         return fail("WRONG_ANSWER", exc)
     except Exception as exc:
         return fail("RUNTIME_DEVICE", exc)
     try:
+        run_s = measure.one_run(function, args, device, first_s, job["min_repeat_ms"])
         timing = measure.time_kernel(executable.mod, args, device, job["repeat"], job["min_repeat_ms"],
                                      adaptive=target.kind == "cuda", run_s=run_s,
                                      left_s=job["run_timeout"] - (time.monotonic() - began))
