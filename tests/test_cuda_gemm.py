@@ -133,7 +133,7 @@ def test_unroll_writes_out_the_register_stage():
     assert all("for (int k_1 = 0; k_1 < 8; ++k_1)" in sources[step] for step in (64, 0))
 
 
-@pytest.mark.slow(seconds=6)
+@pytest.mark.slow(seconds=2)
 @pytest.mark.parametrize("name", ["MM1", "BMM1"])
 def test_the_check_counts_the_multiply_adds_tvm_writes_into_the_kernel(name):
     """The count the check bounds (virtual threads copied, a pipeline's stages, the register
