@@ -181,10 +181,7 @@ def verify(workload: Workload, function: Any, host: list[np.ndarray], args: list
     the seconds that run took. ``prepared``: the reference made beforehand (``prepare``), else
     computed here from ``host``. ``args``' output holds the first of its type's poison values
     (``upload``)."""
-    started = time.perf_counter()
-    function(*args)
-    device.sync()
-    run_s = time.perf_counter() - started
+    run_s = _timed_run(function, args, device)
     out = args[-1].numpy()
     if np.issubdtype(out.dtype, np.integer):
         _check_all_written(function, args, device, out)
@@ -232,6 +229,11 @@ def one_run(function: Any, args: list[Any], device: Any, first_s: float, min_rep
     is one."""
     if first_s * 1e3 < min_repeat_ms or not min_repeat_ms:
         return first_s
+    return _timed_run(function, args, device)
+
+
+def _timed_run(function: Any, args: list[Any], device: Any) -> float:
+    """The seconds one run of the kernel takes, until the device has finished it."""
     started = time.perf_counter()
     function(*args)
     device.sync()
@@ -249,9 +251,8 @@ def time_kernel(executable_module: Any, args: list[Any], device: Any, repeat: in
         runs = math.floor(SLOW_RUN_SHARE * left_s / run_s) if math.isfinite(left_s) else repeat + 1
         if runs < 2:
             return Timing(run_s, [run_s])
-        result = executable_module.time_evaluator("main", device, number=1, repeat=min(repeat, runs - 1))(*args)
-        return Timing(float(np.median(result.results)), [float(r) for r in result.results])
-    if adaptive and min_repeat_ms > 0:
+        evaluator = executable_module.time_evaluator("main", device, number=1, repeat=min(repeat, runs - 1))
+    elif adaptive and min_repeat_ms > 0:
         probe = executable_module.time_evaluator("main", device, number=10, repeat=1)(*args).mean
         number = max(1, min(ADAPTIVE_RUNS, math.ceil(min_repeat_ms / 1e3 / max(probe, 1e-9))))
         evaluator = executable_module.time_evaluator("main", device, number=number, repeat=repeat)
