@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from trial_code.constraint import rule
 from trial_code.status import Status
 from trial_code.workloads import NAMED
 
@@ -99,7 +100,7 @@ def _correctness_table(rows: list[dict[str, Any]]) -> list[str]:
         return lines + ["", f"Dry run: admitted configurations that failed to build: {len(unbuilt)}.", ""]
     bugs = [r for r in admitted if r["status"] in LAUNCH_FAILURES]
     slow = [r for r in admitted if r["status"] == Status.RUN_TIMEOUT.name]
-    lost = Counter(r["rule"].split(" exceeds")[0].rstrip("0123456789 ") for r in rows
+    lost = Counter(rule(r["rule"]) for r in rows
                    if r["kind"] == "probe" and r["status"] == Status.NO_ERROR.name)
     probes = sum(r["kind"] == "probe" for r in rows)
     return lines + ["", f"Admitted but refused or wrong on the device (a bug in the check or a template): "

@@ -109,21 +109,29 @@ def draw(workload: Workload, target: Target, seed: int, refused_by: tuple[str, .
     return None, ""
 
 
+def rule(refusal: str) -> str:
+    """The rule a refusal's message states, without the values that broke it: the words before
+    "exceeds the limit" (``limit``'s messages), else the message with its numbers as ``#``.
+    Refusals of one rule by different values share it."""
+    if " exceeds" in refusal:
+        return refusal.split(" exceeds")[0].rstrip("0123456789 ")
+    return re.sub(r"\d+(?:[.,]\d+)*", "#", refusal)
+
+
 def commonest_refusal(workload: Workload, target: Target, seed: int, tries: int) -> tuple[str, int]:
     """Why a space admits little: the static check's rule that refuses most of ``tries`` random
-    draws, as one of its messages, and how many draws it refused (("", 0) when it refuses none).
-    Messages of one rule differ only in their numbers."""
+    draws (``rule``), as one of its messages, and how many draws it refused (("", 0) when it
+    refuses none)."""
     rules: Counter[str] = Counter()
     example: dict[str, str] = {}
     for _, refusal in itertools.islice(_checked_samples(workload, target, seed), tries):
         if refusal:
-            rule = re.sub(r"\d[\d,.]*", "#", refusal)
-            rules[rule] += 1
-            example.setdefault(rule, refusal)
+            rules[rule(refusal)] += 1
+            example.setdefault(rule(refusal), refusal)
     if not rules:
         return "", 0
-    rule, count = rules.most_common(1)[0]
-    return example[rule], count
+    commonest, count = rules.most_common(1)[0]
+    return example[commonest], count
 
 
 def admitted_share(workload: Workload, target: Target, samples: int, seed: int = 0) -> float:

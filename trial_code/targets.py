@@ -177,22 +177,29 @@ def cpu() -> Target:
     return Target("llvm", **cpu_vectors())
 
 
+VECTOR_SETS = {"avx512f": (32, 64), "avx": (16, 32), "sse2": (16, 16), "asimd": (32, 16)}
+"""The vector registers and the bytes of each that an instruction set gives, by the flag Linux
+reports for it in /proc/cpuinfo, widest first: AVX-512; AVX or AVX2; SSE; Arm's Advanced SIMD."""
+
+
+def vectors_of(flag: str) -> dict[str, int]:
+    """The ``Target`` fields of the instruction set /proc/cpuinfo reports as ``flag``."""
+    registers, size = VECTOR_SETS[flag]
+    return {"vector_registers": registers, "vector_bytes": size}
+
+
 @functools.cache
 def cpu_vectors(cpuinfo: str = "/proc/cpuinfo") -> dict[str, int]:
-    """This machine's vector registers and their bytes, from the instruction sets the kernel
-    reports (LLVM compiles for the machine's own CPU): AVX-512, 32 of 64 bytes; AVX or AVX2,
-    16 of 32; SSE, 16 of 16; Arm's Advanced SIMD, 32 of 16; none where the kernel reports none
-    of these (not Linux), which sets no bound."""
+    """This machine's vector registers and their bytes, from the widest instruction set of
+    ``VECTOR_SETS`` the kernel reports (LLVM compiles for the machine's own CPU); none where it
+    reports none of them (not Linux), which sets no bound."""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as info:
             features = next((set(line.split(":", 1)[1].split()) for line in info
                              if line.split(":", 1)[0].strip() in ("flags", "Features")), set())
     except OSError:
         return {}
-    for flag, registers, size in (("avx512f", 32, 64), ("avx", 16, 32), ("sse2", 16, 16), ("asimd", 32, 16)):
-        if flag in features:
-            return {"vector_registers": registers, "vector_bytes": size}
-    return {}
+    return next((vectors_of(flag) for flag in VECTOR_SETS if flag in features), {})
 
 
 def h100() -> Target:
