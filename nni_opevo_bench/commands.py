@@ -12,5 +12,6 @@ COMMANDS = {
     "change": ("nni_opevo_bench.change", "a search change's effect: one tuner's runs in two hub fractions.csv.gz, paired"),
     "vendor-ratio": ("nni_opevo_bench.vendor_ratio", "an exported kernel against its vendor library, again and again"),
     "registers": ("nni_opevo_bench.registers", "a CUDA template's register estimate against ptxas (nvcc, no GPU)"),
+    "recheck": ("nni_opevo_bench.recheck", "recorded trials against the static check as it is now, by rule"),
     "operators": ("nni_opevo_bench.operators", "users' operators on the CPU against MetaSchedule and their libraries"),
 }

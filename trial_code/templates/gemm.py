@@ -69,8 +69,9 @@ WRITTEN_OUT = 2048
 """Multiply-adds a thread's code may hold written out (``written_out``): nvcc's time grows faster
 than the code it compiles. Admitted MatMul and BatchMatMul tiles built in 0.5-3.4 s, tiles of
 2,049-8,192 in 5-67 s (median 17) and one of 16,384 in more than 300 s (``nni-opevo registers
---rule "multiply-adds written out"``, docs/results/cuda-registers); the fastest tiles tuned on
-an H100 and an H200 write out at most 512."""
+--rule "multiply-adds written out"``, docs/results/cuda-registers); it refuses none of the trials
+of the H200's goal runs or the H100's comparison (``nni-opevo recheck docs/results/h200/goals.csv
+docs/results/h100/trials.csv``)."""
 RASTER_GROUPS = (0, 2, 4, 8)
 """Column blocks per group of the block order (0: the plain 2-D grid)."""
 BANKS = 32
