@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> None:
         record = {"command": " ".join(["nni-opevo operators", *(argv if argv is not None else sys.argv[1:])]),
                   "budget": args.budget, "seeds": args.seeds,
                   "invocations": [*_invocations(json.loads(run_file.read_text()) if run_file.exists() else {}),
-                                  {"started": _now(), "ended": None, "machine": describe()}]}
+                                  {"started": _now(), "ended": None, "machine": describe(),
+                                   "target": target.to_json()}]}
         run_file.write_text(json.dumps(record, indent=2) + "\n")  # its start kept by a run cut short
         everything = [*EXAMPLES, *HAND_WRITTEN.values()]
         # The figures after 64 trials first, MetaSchedule's runs whole (it cannot resume), then
@@ -99,7 +100,8 @@ def _now() -> str:
 
 def _invocations(run_info: dict[str, Any]) -> list[dict[str, Any]]:
     """Each invocation that added to the rows, in order: when it started, when it ended (None: cut
-    off), on what machine. A ``run.json`` of one run (``started``, ``ended``, ``machine``) is one."""
+    off), on what machine and with which target's limits. A ``run.json`` of one run (``started``,
+    ``ended``, ``machine``) is one."""
     if "invocations" in run_info:
         return list(run_info["invocations"])
     if "started" in run_info:

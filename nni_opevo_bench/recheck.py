@@ -81,8 +81,8 @@ def recorded_target(trials: Path, kind: str, vectors: str | None) -> Target:
 
 def _run_target(info: Path) -> dict[str, Any] | None:
     """The target ``run.json``'s latest run records, if it records one: the benchmark's list of
-    runs holds it as JSON text in each run's ``machine``; other commands' records name the machine
-    in words only."""
+    runs holds it as JSON text in each run's ``machine``, ``nni-opevo operators``' invocations
+    beside their machine in words."""
     if not info.exists():
         return None
     try:
@@ -90,8 +90,9 @@ def _run_target(info: Path) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         raise ValueError(f"{info} is not JSON") from None
     runs = runs.get("invocations", [runs]) if isinstance(runs, dict) else runs
-    machine = runs[-1].get("machine") if isinstance(runs, list) and runs and isinstance(runs[-1], dict) else None
-    found = machine.get("target") if isinstance(machine, dict) else None
+    last = runs[-1] if isinstance(runs, list) and runs and isinstance(runs[-1], dict) else {}
+    machine = last.get("machine")
+    found = last.get("target") or (machine.get("target") if isinstance(machine, dict) else None)
     found = json.loads(found) if isinstance(found, str) else found
     return found if isinstance(found, dict) else None
 

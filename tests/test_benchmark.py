@@ -303,6 +303,7 @@ def test_the_operators_page_lists_each_invocation_a_cut_off_one_included(tmp_pat
     before its end (an interrupt, an error) says so on the page, and the invocations that resume
     the run are listed after it; a run recorded by one invocation alone is read as such."""
     from nni_opevo_bench import operators
+    from trial_code import targets
 
     def cut_off(*_args, **_kwargs):
         raise KeyboardInterrupt
@@ -312,6 +313,7 @@ def test_the_operators_page_lists_each_invocation_a_cut_off_one_included(tmp_pat
         operators.main(["--out", str(tmp_path / "page"), "--rows", str(tmp_path)])
     (first,) = json.loads((tmp_path / "run.json").read_text())["invocations"]
     assert first["started"] and first["ended"] is None
+    assert first["target"] == targets.cpu().to_json()  # the limits its trials were checked under (nni-opevo recheck)
     assert "The last was cut off and not yet resumed." in operators.readme(tmp_path)
     monkeypatch.setattr(operators, "run", lambda *_args, **_kwargs: None)
     monkeypatch.setattr(operators, "compare_with_libraries", lambda *_args: None)

@@ -67,6 +67,14 @@ def test_trials_are_checked_against_the_limits_their_run_recorded(tmp_path):
     assert sum(again.refused.values()) == 3 and again.best_admitted is None
 
 
+def test_the_operators_commands_record_of_its_target_is_read(tmp_path):
+    """``nni-opevo operators`` records each invocation's target beside its machine in words."""
+    sse = targets.Target("llvm", **targets.vectors_of("sse2"))
+    (tmp_path / "run.json").write_text(json.dumps({"command": "nni-opevo operators", "invocations": [
+        {"started": "s", "ended": "e", "machine": "AMD EPYC (AVX-512), 2 cores", "target": sse.to_json()}]}))
+    assert recheck.recorded_target(tmp_path / "trials.csv", "llvm", None) == sse
+
+
 def test_a_cuda_run_without_its_target_is_checked_against_an_h100(tmp_path, capsys):
     mm1 = workloads.lookup("MM1")
     admitted, _ = draw(mm1, targets.h100(), seed=0)
