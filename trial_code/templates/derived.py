@@ -93,6 +93,11 @@ columns."""
 COLUMN_ROWS = (1, 2, 4)
 """On the CPU, ``column_rows``: the rows of that reduction computed at once for each such vector,
 each input value broadcast across its lanes, the register tile of a GEMM."""
+TRANSPOSE_TILE = 16
+"""On the CPU, the square tile in which a packed input (``_pack_columns``) is copied: a tile's
+rows and columns stay in L1 while each is read along one and written along the other. Copied
+element by element, a dense layer's 768 x 768 weights took 0.34 ms (a third of the kernel); in
+tiles of 8, 16 or 32, 0.07 ms."""
 MAX_AXES = 8
 """Axes of the main stage at most: ``order`` permutes them all (8! = 40,320 orders)."""
 MAX_BYTES = 4 << 30
@@ -786,17 +791,17 @@ def _packed_for_columns(sch: Any, blocks: list[Any], found: Structure, params: d
     the copies run in parallel at the top."""
     across = [b for b in blocks if params.get("columns") and sch.get(b).name_hint in dict(found.columns)]
     for block in across:
-        for packed in _pack_columns(sch, block):
-            leftover(sch, packed, cuda=False)
+        for packed, along in _pack_columns(sch, block):
+            _copied_in_tiles(sch, packed, along)
     return across
 
 
-def _pack_columns(sch: Any, block: Any) -> list[Any]:
+def _pack_columns(sch: Any, block: Any) -> list[tuple[Any, int]]:
     """Copies of the inputs ``block`` (a reduction with columns, ``_columns``) reads along its columns
     in another dimension than their last (attention's K, read ``K[h, j, d]`` for column ``j``), laid
     out with that dimension last, which ``block`` then reads: a vector of its columns is then one
-    contiguous load. Returns the copies' blocks, which stay at the top (one copy per call); a
-    stage read along the columns is read where it lies."""
+    contiguous load. Returns the copies' blocks, which stay at the top (one copy per call), each
+    with the dimension moved last; a stage read along the columns is read where it lies."""
     from tvm.sym.pattern import detect_linear_equation
     from tvm.tirx.analysis import undefined_vars
 
@@ -815,8 +820,26 @@ def _pack_columns(sch: Any, block: Any) -> list[Any]:
             continue  # a stride along the columns: a copy would not make their vector contiguous
         copy = sch.cache_read(block, position, "global")
         sch.transform_layout(copy, ("write", 0), _moved_last(along[0], len(region.region)))
-        copies.append(copy)
+        copies.append((copy, along[0]))
     return copies
+
+
+def _copied_in_tiles(sch: Any, copy: Any, moved: int) -> None:
+    """A packed input's copy (``_pack_columns``), whose dimension ``moved`` goes last: a transpose
+    of that dimension and the last, in ``TRANSPOSE_TILE`` square tiles run in parallel, each
+    written a vector at a time along the moved dimension. Left a parallel loop nest where either
+    dimension is not a multiple of the tile."""
+    loops = sch.get_loops(copy)
+    extents = [int(sch.get(loop).extent) for loop in loops]
+    if len(loops) != len(sch.get(copy).iter_vars) or extents[moved] % TRANSPOSE_TILE or extents[-1] % TRANSPOSE_TILE:
+        leftover(sch, copy, cuda=False)
+        return
+    moved_outer, moved_inner = sch.split(loops[moved], [None, TRANSPOSE_TILE])
+    last_outer, last_inner = sch.split(loops[-1], [None, TRANSPOSE_TILE])
+    others = [loop for i, loop in enumerate(loops[:-1]) if i != moved]
+    sch.reorder(*others, moved_outer, last_outer, last_inner, moved_inner)
+    sch.parallel(sch.fuse(*others, moved_outer, last_outer))
+    sch.vectorize(moved_inner)
 
 
 def _moved_last(dimension: int, ndim: int) -> Any:
