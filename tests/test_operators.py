@@ -380,8 +380,7 @@ def test_a_normalizations_stage_with_columns_runs_as_a_register_tile_across_them
 @pytest.mark.parametrize("features, tiled", [(64, True), (40, False)])
 def test_a_packed_input_is_copied_in_square_tiles_where_its_dimensions_allow(features, tiled):
     """The copy of W that a dense layer before its layer norm reads with its outputs last is a
-    transpose: in ``TRANSPOSE_TILE`` square tiles in parallel, each written a vector at a time
-    (a dense layer's 768 x 768 weights: 0.34 ms copied element by element, 0.07 in tiles), or
+    transpose: in ``TRANSPOSE_TILE`` square tiles in parallel, each written a vector at a time, or
     a parallel loop nest where a dimension is not a multiple of the tile; both match the reference."""
     from tvm import s_tir
 
