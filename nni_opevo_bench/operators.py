@@ -15,7 +15,7 @@ budget is then rebuilt as ``nni-opevo export`` builds it and set against the lib
 PyTorch user would call on the same inputs (the ``library`` each ``Operator`` declares), both
 timed in one process, round after round (``anchor.compare``), so a load that comes and goes
 slows both alike. Its rows go to ``library.json``; an entry is kept while the fastest
-configuration stays and its comparison was not too busy for a ratio.
+configuration builds the same kernel and its comparison was not too busy for a ratio.
 The built-in MatMul template on the same shape (``MM_small``, 256^3) runs beside the derived
 ``matmul``: the derived space must reach at least 0.9 of the hand-written template's best.
 Run it from the repository root (``examples`` is imported from there).
@@ -23,6 +23,7 @@ Run it from the repository root (``examples`` is imported from there).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -111,23 +112,29 @@ def _invocations(run_info: dict[str, Any]) -> list[dict[str, Any]]:
 
 def compare_with_libraries(rows_folder: Path, budget: int, target: Target, limits: Limits) -> None:
     """For each example, its fastest OpEvo kernel within ``budget`` trials against its library,
-    interleaved (``versus_vendor``), into ``library.json``: the configuration and the comparison,
-    or why there is none. An entry of the same configuration is kept unless it was too busy for a ratio."""
+    interleaved (``versus_vendor``), into ``library.json``: the configuration, the kernel it built
+    and the comparison, or why there is none. The kernel is built again each time: an entry of the
+    same kernel is kept unless it was too busy for a ratio; one of the same configuration whose
+    template has changed since is compared anew."""
     runs = group(read_rows(rows_folder / "trials.csv"))
     path = rows_folder / "library.json"
     libraries: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     with forked.workers():
         for spec in EXAMPLES:
             fastest = _fastest(runs, spec, budget)
-            if fastest is None or _settled(libraries.get(spec), fastest):
+            if fastest is None:
                 continue
-            libraries[spec] = _compare(spec, fastest, target, limits, rows_folder / "kernels")
-            path.write_text(json.dumps(libraries, indent=2) + "\n")
+            library = rows_folder / "kernels" / f"{spec.partition(':')[2]}.so"
+            built = _build(spec, fastest, target, limits, library)
+            if "error" in built or not _settled(libraries.get(spec), built):
+                libraries[spec] = built if "error" in built else _compare(spec, built, target, library)
+                path.write_text(json.dumps(libraries, indent=2) + "\n")
 
 
-def _settled(entry: dict[str, Any] | None, configuration: dict[str, Any]) -> bool:
-    """Whether ``entry`` compared ``configuration`` and needs no second try (a busy machine's does)."""
-    if entry is None or entry.get("configuration") != configuration:
+def _settled(entry: dict[str, Any] | None, built: dict[str, Any]) -> bool:
+    """Whether ``entry`` compared the kernel ``built`` is (its configuration, built by this
+    version of its template) and needs no second try (a busy machine's does)."""
+    if entry is None or any(entry.get(key) != built[key] for key in ("configuration", "kernel")):
         return False
     found = entry.get("comparison")
     return found is None or not anchor.Comparison.from_json(found).busy
@@ -140,17 +147,25 @@ def _fastest(runs: Runs, workload: str, budget: int) -> dict[str, Any] | None:
     return json.loads(max(rows, key=lambda row: float(row["tflops"]))["configuration"]) if rows else None
 
 
-def _compare(spec: str, configuration: dict[str, Any], target: Target, limits: Limits, kernels: Path
-             ) -> dict[str, Any]:
-    """``configuration`` built into a library under ``kernels`` and set against ``spec``'s library."""
-    workload = named_or_operator(spec)
-    kernels.mkdir(parents=True, exist_ok=True)
-    library = kernels / f"{spec.partition(':')[2]}.so"
-    built = evaluate(workload, configuration, target, limits, build_only=True, library_path=str(library))
+def _build(spec: str, configuration: dict[str, Any], target: Target, limits: Limits, library: Path
+           ) -> dict[str, Any]:
+    """``configuration`` built into ``library`` as ``nni-opevo export`` builds it: the configuration
+    with the library's SHA-256 (``kernel``: what a template's change changes; the library's bytes
+    are the same build after build, where its LLVM IR names addresses) and the CPU it was built
+    for, or the build's error."""
+    library.parent.mkdir(parents=True, exist_ok=True)
+    built = evaluate(named_or_operator(spec), configuration, target, limits, build_only=True,
+                     library_path=str(library))
     if built.status is not Status.NO_ERROR:
         return {"configuration": configuration, "error": f"{built.status.name}: {built.error}"}
-    comparison = versus_vendor(str(library), workload, replace(target, mcpu=built.arch), Options())
-    return {"configuration": configuration, "comparison": comparison.to_json() if comparison else None}
+    return {"configuration": configuration, "kernel": hashlib.sha256(library.read_bytes()).hexdigest(),
+            "arch": built.arch}
+
+
+def _compare(spec: str, built: dict[str, Any], target: Target, library: Path) -> dict[str, Any]:
+    """The kernel ``_build`` built into ``library`` set against ``spec``'s library."""
+    comparison = versus_vendor(str(library), named_or_operator(spec), replace(target, mcpu=built["arch"]), Options())
+    return {**built, "comparison": comparison.to_json() if comparison else None}
 
 
 def _best(runs: Runs, workload: str, tuner: str, trials: int) -> list[float]:

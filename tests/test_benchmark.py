@@ -1,6 +1,7 @@
 """The comparison benchmark end to end: CSV, resume, replay, live CPU kernels, figures and table."""
 import csv
 import gzip
+import hashlib
 import json
 import platform
 import shutil
@@ -359,7 +360,8 @@ def test_the_operators_page_sets_the_fastest_kernel_against_its_library_in_one_p
     _opevo_rows(tmp_path / "trials.csv", spec, [slower, fastest], [0.01, 0.02])
     operators.compare_with_libraries(tmp_path, 64, targets.cpu(), Limits())
     entry = json.loads((tmp_path / "library.json").read_text())[spec]
-    assert entry["configuration"] == fastest and (tmp_path / "kernels" / "matmul.so").exists()
+    assert entry["configuration"] == fastest
+    assert entry["kernel"] == hashlib.sha256((tmp_path / "kernels" / "matmul.so").read_bytes()).hexdigest()
     comparison = anchor.Comparison.from_json(entry["comparison"])
     assert comparison.library.startswith("NumPy") and len(comparison.kernel_s) == len(comparison.library_s) \
         == anchor.ROUNDS and min(comparison.kernel_s + comparison.library_s) > 0
@@ -369,8 +371,9 @@ def test_the_operators_page_sets_the_fastest_kernel_against_its_library_in_one_p
 
 
 def test_a_library_comparison_is_kept_for_the_same_kernel_and_tried_again_when_busy(tmp_path, monkeypatch):
-    """The command run again compares only what changed: a new fastest configuration, or one
-    whose comparison was too busy for a ratio; the page tells each kind of entry apart."""
+    """The command run again compares only what changed: a new fastest configuration, the same
+    configuration building another kernel (its template changed since), or a comparison too
+    busy for a ratio; the page tells each kind of entry apart."""
     from nni_opevo_bench import operators
     from trial_code import anchor, targets
     from trial_code.evaluate import Limits
@@ -380,15 +383,18 @@ def test_a_library_comparison_is_kept_for_the_same_kernel_and_tried_again_when_b
     _opevo_rows(tmp_path / "trials.csv", spec, [configuration], [0.01])
     idle = {"library": "NumPy (OpenBLAS)", "flops": 2e9, "kernel_s": [0.01] * 7, "library_s": [0.02] * 7}
     busy = {**idle, "kernel_s": [0.01, 0.01, 0.01, 0.02, 0.02, 0.02, 0.02]}
+    built = {"configuration": configuration, "kernel": "ab12", "arch": "znver4"}
     compared = []
-    monkeypatch.setattr(operators, "_compare", lambda s, c, *_: compared.append(s) or {"configuration": c,
-                                                                                        "comparison": idle})
-    for stored, again in [(idle, False), (busy, True)]:
+    monkeypatch.setattr(operators, "_build", lambda *_: built)
+    monkeypatch.setattr(operators, "_compare", lambda s, b, *_: compared.append(s) or {**b, "comparison": idle})
+    for stored, kernel, again in [(idle, "ab12", False), (busy, "ab12", True), (idle, "cd34", True),
+                                  (idle, None, True)]:
         compared.clear()
-        (tmp_path / "library.json").write_text(json.dumps({spec: {"configuration": configuration,
-                                                                  "comparison": stored}}))
+        entry = {"configuration": configuration, "comparison": stored, **({"kernel": kernel} if kernel else {})}
+        (tmp_path / "library.json").write_text(json.dumps({spec: entry}))
         operators.compare_with_libraries(tmp_path, 64, targets.cpu(), Limits())
         assert compared == ([spec] if again else [])  # softmax has no rows: nothing to compare
+        assert json.loads((tmp_path / "library.json").read_text())[spec]["kernel"] == "ab12"
     assert anchor.Comparison.from_json(busy).busy and not anchor.Comparison.from_json(idle).busy
     (tmp_path / "library.json").write_text(json.dumps({
         spec: {"configuration": configuration, "comparison": busy},
