@@ -122,6 +122,7 @@ def recheck(rows: Iterable[dict[str, str]], target: Target) -> dict[str, Tally]:
 
 
 def describe(target: Target) -> str:
+    """The limits the trials are checked against, in words."""
     if target.kind == "llvm":
         return f"the CPU's {target.vector_registers} vector registers of {target.vector_bytes} bytes"
     return (f"CUDA {target.arch}, {target.max_threads_per_block} threads and "
@@ -129,6 +130,7 @@ def describe(target: Target) -> str:
 
 
 def table(tallies: dict[str, Tally], kind: str) -> list[str]:
+    """A Markdown table of ``recheck``'s tallies, a workload a row, speeds in the target's unit."""
     unit, scale = UNITS[kind]
 
     def speed(tflops: float | None) -> str:
