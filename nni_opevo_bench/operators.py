@@ -126,9 +126,13 @@ def compare_with_libraries(rows_folder: Path, budget: int, target: Target, limit
                 continue
             library = rows_folder / "kernels" / f"{spec.partition(':')[2]}.so"
             built = _build(spec, fastest, target, limits, library)
-            if "error" in built or not _settled(libraries.get(spec), built):
-                libraries[spec] = built if "error" in built else _compare(spec, built, target, library)
-                path.write_text(json.dumps(libraries, indent=2) + "\n")
+            if "error" in built:
+                libraries[spec] = built
+            elif not _settled(libraries.get(spec), built):
+                libraries[spec] = _compare(spec, built, target, library)
+            else:
+                continue
+            path.write_text(json.dumps(libraries, indent=2) + "\n")
 
 
 def _settled(entry: dict[str, Any] | None, built: dict[str, Any]) -> bool:

@@ -100,9 +100,13 @@ def _run_target(info: Path) -> dict[str, Any] | None:
 def recheck(rows: Iterable[dict[str, str]], target: Target) -> dict[str, Tally]:
     """Each workload's trials on ``target``'s kind checked against ``target``."""
     tallies: dict[str, Tally] = defaultdict(Tally)
+    resolved: dict[str, workloads.Workload] = {}
     for row in rows:
-        workload = workloads.named_or_operator(row["workload"])
-        tally = tallies[row["workload"]]
+        name = row["workload"]
+        if name not in resolved:  # a user's operator imports its module and reads its structure
+            resolved[name] = workloads.named_or_operator(name)
+        workload = resolved[name]
+        tally = tallies[name]
         try:
             params = json.loads(row["configuration"])
         except json.JSONDecodeError:
@@ -184,6 +188,7 @@ def _report(path: Path, tuners: list[str] | None, vectors: str | None) -> None:
         shown += [f"Checked against {describe(target)}:", "",
                   *table(recheck((r for r in rows if r["target"] == kind), target), kind), ""]
     print("\n".join(shown))  # whole or not at all: a bad row ends the file's report in one line
+
 
 if __name__ == "__main__":
     sys.exit(main())
