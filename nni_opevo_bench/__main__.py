@@ -20,13 +20,13 @@
     python -m nni_opevo_bench --report-only --out docs/results/h100
 
 Rows go to ``<out>/trials.csv`` as trials finish; running the same command again resumes
-where it stopped. ``<out>/run.json`` records the command, the date and the machine.
+where it stopped. ``<out>/run.json`` records the command, the date, the machine and
+the target a run of kernels was checked against.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -38,6 +38,7 @@ from trial_code.evaluate import Limits
 from trial_code.trial import MAX_SECONDS
 
 from . import network_end_to_end, network_report, report, tuner_specs
+from .machine import recorded
 from .objectives import SYNTHETIC, Cache, Live, Network, Objective, Recorded, Synthetic
 from .runner import Plan, run
 
@@ -58,20 +59,6 @@ def objectives(args: argparse.Namespace) -> list[Objective]:
     if args.objective == "network":
         return [Network(w, target, limits) for w in args.workloads]
     return [Live(w, target, limits) for w in args.workloads]
-
-
-def machine(args: argparse.Namespace) -> dict[str, str]:
-    info = {"python": platform.python_version(), "cpu": platform.processor() or platform.machine()}
-    try:
-        with open("/proc/cpuinfo") as handle:
-            info["cpu"] = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    if args.objective in ("live", "network"):
-        from trial_code import kernel  # loads TVM: the CPU LLVM builds for, as the trials' workers name it
-
-        info["target"] = json.dumps(kernel.for_host(targets.resolve(args.target)).to_json())
-    return info
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
         runs_file = args.out / "run.json"
         log = json.loads(runs_file.read_text()) if runs_file.exists() else []
         log.append({"command": " ".join(["python -m nni_opevo_bench", *(argv if argv is not None else sys.argv[1:])]),
-                    "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(args)})
+                    "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                    **recorded(targets.resolve(args.target) if args.objective in ("live", "network") else None)})
         runs_file.write_text(json.dumps(log, indent=2) + "\n")
         report.record_optima(args.out, {o.workload: o.optimum for o in plan.objectives if o.optimum is not None})
         for objective in plan.objectives:

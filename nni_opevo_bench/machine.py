@@ -1,11 +1,14 @@
 """The one line a results page names its machine by: the CPU's model and its widest vector
 extension (one model name comes with AVX2 or AVX-512, and CPU kernels' figures differ between
-them), the cores this process may run on, and Python's version."""
+them), the cores this process may run on, and Python's version; and, beside it, the target whose
+limits a run's kernels were checked under, as every ``run.json`` records them."""
 from __future__ import annotations
 
 import platform
+from typing import Any
 
 from trial_code import targets
+from trial_code.targets import Target
 
 VECTOR_EXTENSIONS = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sve", "SVE"), ("asimd", "NEON"),
                      ("neon", "NEON"))
@@ -33,3 +36,13 @@ def describe() -> str:
     extension = vector_extension(flags)
     named = f"{cpu} ({extension})" if extension else cpu
     return f"{named}, {targets.cpu_threads()} cores, Python {platform.python_version()}"
+
+
+def recorded(target: Target | None) -> dict[str, Any]:
+    """A run's record of where it ran: the machine in words and, for a run of kernels, its target
+    with the CPU LLVM builds for named (``nni-opevo recheck`` reads the limits back from it)."""
+    if target is None:
+        return {"machine": describe()}
+    from trial_code import kernel  # loads TVM, which only a run of kernels needs
+
+    return {"machine": describe(), "target": kernel.for_host(target).to_json()}

@@ -42,7 +42,7 @@ from trial_code.targets import Target
 from trial_code.workloads import named_or_operator
 
 from . import metaschedule
-from .machine import describe
+from .machine import recorded
 from .objectives import Live
 from .report import Runs, group
 from .runner import Plan, run, written_when_it_ends
@@ -77,8 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         record = {"command": " ".join(["nni-opevo operators", *(argv if argv is not None else sys.argv[1:])]),
                   "budget": args.budget, "seeds": args.seeds,
                   "invocations": [*_invocations(json.loads(run_file.read_text()) if run_file.exists() else {}),
-                                  {"started": _now(), "ended": None, "machine": describe(),
-                                   "target": target.to_json()}]}
+                                  {"started": _now(), "ended": None, **recorded(target)}]}
         run_file.write_text(json.dumps(record, indent=2) + "\n")  # its start kept by a run cut short
         everything = [*EXAMPLES, *HAND_WRITTEN.values()]
         # The figures after 64 trials first, MetaSchedule's runs whole (it cannot resume), then

@@ -80,9 +80,8 @@ def recorded_target(trials: Path, kind: str, vectors: str | None) -> Target:
 
 
 def _run_target(info: Path) -> dict[str, Any] | None:
-    """The target ``run.json``'s latest run records, if it records one: the benchmark's list of
-    runs holds it as JSON text in each run's ``machine``, ``nni-opevo operators``' invocations
-    beside their machine in words."""
+    """The target ``run.json``'s latest run records beside its machine (``machine.recorded``), if
+    it records one; a benchmark run from before that held it as JSON text inside its machine."""
     if not info.exists():
         return None
     try:

@@ -125,6 +125,10 @@ def test_published_gzip_csv_is_reported_and_replayed_but_not_silently_rerun(tmp_
 
 @pytest.mark.slow(seconds=15)
 def test_live_cpu_kernels_run_in_parallel_and_report_real_times(tmp_path):
+    from nni_opevo_bench import recheck
+    from nni_opevo_bench.machine import describe
+    from trial_code import kernel, targets
+
     out = tmp_path / "live"
     main(["--objective", "live", "--target", "cpu", "--workloads", "MM_small", "--tuners", "opevo", "--seeds", "1",
           "--budget", "4", "--concurrency", "2", "--out", str(out), "--no-progress"])
@@ -135,6 +139,9 @@ def test_live_cpu_kernels_run_in_parallel_and_report_real_times(tmp_path):
     assert all(float(r["tflops"]) > 0 and float(r["seconds"]) > 0 for r in measured)
     spans = sorted((float(r["started_s"]), float(r["finished_s"])) for r in rows)
     assert spans[1][0] < spans[0][1]  # two trials at a time: the first two overlap
+    (run,) = json.loads((out / "run.json").read_text())  # the limits its trials ran under, for nni-opevo recheck
+    assert run["machine"] == describe() and run["target"] == kernel.for_host(targets.cpu()).to_json()
+    assert recheck.recorded_target(out / "trials.csv", "llvm", None) == kernel.for_host(targets.cpu())
 
 
 def test_unknown_tuner_fails_before_running(tmp_path):
@@ -304,7 +311,7 @@ def test_the_operators_page_lists_each_invocation_a_cut_off_one_included(tmp_pat
     before its end (an interrupt, an error) says so on the page, and the invocations that resume
     the run are listed after it; a run recorded by one invocation alone is read as such."""
     from nni_opevo_bench import operators
-    from trial_code import targets
+    from trial_code import kernel, targets
 
     def cut_off(*_args, **_kwargs):
         raise KeyboardInterrupt
@@ -314,7 +321,7 @@ def test_the_operators_page_lists_each_invocation_a_cut_off_one_included(tmp_pat
         operators.main(["--out", str(tmp_path / "page"), "--rows", str(tmp_path)])
     (first,) = json.loads((tmp_path / "run.json").read_text())["invocations"]
     assert first["started"] and first["ended"] is None
-    assert first["target"] == targets.cpu().to_json()  # the limits its trials were checked under (nni-opevo recheck)
+    assert first["target"] == kernel.for_host(targets.cpu()).to_json()  # its trials' limits (nni-opevo recheck)
     assert "The last was cut off and not yet resumed." in operators.readme(tmp_path)
     monkeypatch.setattr(operators, "run", lambda *_args, **_kwargs: None)
     monkeypatch.setattr(operators, "compare_with_libraries", lambda *_args: None)
