@@ -110,7 +110,9 @@ def run(plan: Plan, csv_path: Path, progress: bool = True) -> bool:
 
 def drop_partial_row(csv_path: Path) -> None:
     """A row cut short (the disk filled up, the process was killed mid-write) is not a trial:
-    cut it off, so that resuming appends whole rows after whole rows."""
+    cut it off, so that resuming appends whole rows after whole rows. A row cut between the
+    carriage return and the line feed that end it (the csv module writes both) is whole: its
+    ending is completed, and its trial kept rather than measured again."""
     if not csv_path.exists() or csv_path.suffix == ".gz" or not csv_path.is_file():
         return
     with open(csv_path, "rb+") as handle:
@@ -119,7 +121,11 @@ def drop_partial_row(csv_path: Path) -> None:
         if size == 0:
             return
         handle.seek(size - 1)
-        if handle.read(1) == b"\n":
+        last = handle.read(1)
+        if last == b"\n":
+            return
+        if last == b"\r":
+            handle.write(b"\n")
             return
         handle.seek(0)
         data = handle.read()

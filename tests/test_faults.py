@@ -567,6 +567,27 @@ def test_a_full_disk_stops_a_benchmark_with_the_file_named_and_resume_repeats_no
         assert len({r["configuration"] for r in run}) == 150, "a configuration measured twice"
 
 
+@pytest.mark.parametrize("cut", ["between_cr_and_lf", "mid_row"])
+def test_a_row_cut_short_is_kept_if_whole_and_measured_again_if_not(tmp_path, cut):
+    """A disk that fills (or a kill) can stop a row anywhere: between the carriage return and
+    the line feed of its ending its trial is whole and kept, not measured again; anywhere before,
+    the row is dropped and its trial measured again. Either way every other row stays as it was."""
+    from nni_opevo_bench.__main__ import main
+
+    argv = ["--objective", "synthetic", "--workloads", "SYN1", "--tuners", "opevo", "--seeds", "1", "--budget", "12",
+            "--concurrency", "1", "--no-progress", "--out", str(tmp_path)]
+    main(argv)
+    whole = (tmp_path / "trials.csv").read_bytes()
+    rows = whole.split(b"\r\n")[:-1]
+    kept = b"".join(row + b"\r\n" for row in rows[:-1])
+    (tmp_path / "trials.csv").write_bytes(kept + (rows[-1] + b"\r" if cut == "between_cr_and_lf" else rows[-1][:-7]))
+    main(argv)
+    resumed = (tmp_path / "trials.csv").read_bytes()
+    assert resumed.startswith(kept) and resumed.count(b"\r\n") == 13  # the header and 12 trials
+    if cut == "between_cr_and_lf":
+        assert resumed == whole  # the whole row kept, not measured again
+
+
 @pytest.mark.slow(seconds=5)
 def test_extreme_results_never_poison_a_tuner():
     import itertools
