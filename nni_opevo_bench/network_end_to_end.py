@@ -18,6 +18,8 @@ from trial_code import networks
 from trial_code.evaluate import Limits
 from trial_code.targets import Target
 
+from .table import append_rows
+
 FILE = "end_to_end.csv"
 COLUMNS = ["network", "target", "tuner", "seed", "end_to_end_ms", "max_error", "build_s", "error"]
 DEFAULT = "default"
@@ -61,10 +63,4 @@ def record(out: Path, network: str, target: Target, tuner: str, seed: str, limit
                    build_s=f"{found.build_s:.1f}")
     except Exception as e:  # a row says what failed: the report shows it rather than a gap
         row["error"] = network_graph.describe(e)[:500]
-    path = out / FILE
-    fresh = not path.exists()
-    with open(path, "a", newline="") as handle:
-        writer = csv.DictWriter(handle, COLUMNS)
-        if fresh:
-            writer.writeheader()
-        writer.writerow(row)
+    append_rows(out / FILE, COLUMNS, [row])

@@ -35,7 +35,6 @@ its run's database and are left out (the table says so).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from collections import defaultdict
 from dataclasses import dataclass
@@ -54,7 +53,7 @@ from trial_code.trial import MAX_REPEAT, MAX_REPEAT_MS
 from . import metaschedule
 from .network_end_to_end import DEFAULT, best_params
 from .network_report import recorded_defaults
-from .table import read_rows
+from .table import append_rows, read_rows
 
 FILE = "profile.csv"
 TABLE = "profile.md"
@@ -180,19 +179,10 @@ def profile(out: Path, network: str, target: Target, rounds: int, limits: Limits
             print(f"round {round_}: {run.tuner} seed {run.seed}", flush=True)
             with exclusive(target.device, limits.lock_wait):
                 rows = session.time_round(run)
-            _append(out / FILE, [{"network": network, "target": target.kind, "tuner": run.tuner, "seed": run.seed,
-                                  "round": round_, **row} for row in rows])
+            append_rows(out / FILE, COLUMNS, [
+                {"network": network, "target": target.kind, "tuner": run.tuner, "seed": run.seed, "round": round_,
+                 **{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()}} for row in rows])
     write_table(out, network, target.kind)
-
-
-def _append(path: Path, rows: list[dict[str, Any]]) -> None:
-    fresh = not path.exists()
-    with open(path, "a", newline="") as handle:
-        writer = csv.DictWriter(handle, COLUMNS)
-        if fresh:
-            writer.writeheader()
-        for row in rows:
-            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
 
 
 def medians(rows: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, dict[str, float]]]:

@@ -30,7 +30,7 @@ from trial_code import forked, networks
 
 from . import kernel_tuner_strategies, metaschedule, network_end_to_end, optuna_peers, tuner_specs
 from .objectives import Cache, Live, Network, Objective, config_key
-from .table import read_rows
+from .table import drop_partial_row, read_rows
 
 COLUMNS = ["objective", "workload", "target", "tuner", "seed", "index", "parameter_id", "started_s", "finished_s",
            "tuner_ms", "tflops", "status", "seconds", "configuration"]
@@ -106,30 +106,6 @@ def run(plan: Plan, csv_path: Path, progress: bool = True) -> bool:
     except OSError as e:
         raise OSError(e.errno, f"cannot write {csv_path}: {e.strerror}; every trial written before is kept: make "
                                "room and run the same command again to resume") from e
-
-
-def drop_partial_row(csv_path: Path) -> None:
-    """A row cut short (the disk filled up, the process was killed mid-write) is not a trial:
-    cut it off, so that resuming appends whole rows after whole rows. A row cut between the
-    carriage return and the line feed that end it (the csv module writes both) is whole: its
-    ending is completed, and its trial kept rather than measured again."""
-    if not csv_path.exists() or csv_path.suffix == ".gz" or not csv_path.is_file():
-        return
-    with open(csv_path, "rb+") as handle:
-        handle.seek(0, 2)
-        size = handle.tell()
-        if size == 0:
-            return
-        handle.seek(size - 1)
-        last = handle.read(1)
-        if last == b"\n":
-            return
-        if last == b"\r":
-            handle.write(b"\n")
-            return
-        handle.seek(0)
-        data = handle.read()
-        handle.truncate(data.rfind(b"\n") + 1)
 
 
 def written_when_it_ends(spec: str) -> bool:

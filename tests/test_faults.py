@@ -588,6 +588,18 @@ def test_a_row_cut_short_is_kept_if_whole_and_measured_again_if_not(tmp_path, cu
         assert resumed == whole  # the whole row kept, not measured again
 
 
+def test_a_network_row_appended_after_a_cut_one_is_a_row_of_its_own(tmp_path):
+    """The networks' CSVs (end-to-end times, profiles) append through the same check: a row cut
+    short is dropped, never run into the next."""
+    from nni_opevo_bench.table import append_rows, read_rows
+
+    path = tmp_path / "end_to_end.csv"
+    append_rows(path, ["network", "seed"], [{"network": "resnet18", "seed": 0}])
+    path.write_bytes(path.read_bytes() + b"alexnet,")  # killed mid-row
+    append_rows(path, ["network", "seed"], [{"network": "alexnet", "seed": 1}])
+    assert read_rows(path) == [{"network": "resnet18", "seed": "0"}, {"network": "alexnet", "seed": "1"}]
+
+
 @pytest.mark.slow(seconds=5)
 def test_extreme_results_never_poison_a_tuner():
     import itertools
