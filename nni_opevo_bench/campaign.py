@@ -79,7 +79,7 @@ from .objectives import Live
 from .operators import EXAMPLES
 from .runner import Plan
 from .runner import run as run_plan
-from .table import read_rows
+from .table import drop_partial_row, read_rows
 
 TUNERS = ("opevo", "gbfs", "na2c", "autotvm", "nose", "tpe")
 STAGES = STAGE_ORDER
@@ -419,8 +419,10 @@ class Campaign:
         return complete
 
     def _each(self, todo: list[Any], one: Callable[[Any], dict[str, Any]], path: Path) -> bool:
-        """``one`` over ``todo``, ``concurrency`` at a time, each line appended as it ends; none
-        started past the deadline. Whether every item was done."""
+        """``one`` over ``todo``, ``concurrency`` at a time, each line appended as it ends (after
+        the whole lines a killed call left); none started past the deadline. Whether every item
+        was done."""
+        drop_partial_row(path)
         with ThreadPoolExecutor(self.concurrency) as pool, open(path, "a") as handle:
             pending: set[Future] = set()
             items = iter(todo)

@@ -163,6 +163,14 @@ def test_a_folder_of_another_device_is_not_resumed(tmp_path):
         campaign.Campaign(tmp_path, dry_run=True, deadline=0.0, concurrency=1)
 
 
+def test_a_line_a_killed_call_cut_short_does_not_swallow_the_next_calls_first(tmp_path):
+    path = tmp_path / "correctness.jsonl"
+    path.write_text(json.dumps({"index": 0}) + "\n" + '{"index": 1, "sta')
+    call = campaign.Campaign(tmp_path, dry_run=True, deadline=time.monotonic() + 60, concurrency=1)
+    assert call._each([1, 2], lambda index: {"index": index}, path)
+    assert [r["index"] for r in _lines(path)] == [0, 1, 2]
+
+
 def test_campaign_without_a_gpu_asks_for_the_dry_run():
     found = subprocess.run([sys.executable, "-m", "nni_opevo_bench.campaign", "--out", "/nonexistent/x"],
                            capture_output=True, text=True, timeout=120)
