@@ -35,6 +35,7 @@ from nni_opevo import catalog
 from trial_code import targets
 from trial_code.cli import add_number, bounded, description, epilog
 from trial_code.evaluate import Limits
+from trial_code.files import replace_text
 from trial_code.trial import MAX_SECONDS
 
 from . import network_end_to_end, network_report, report, tuner_specs
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         log.append({"command": " ".join(["python -m nni_opevo_bench", *(argv if argv is not None else sys.argv[1:])]),
                     "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                     **recorded(targets.resolve(args.target) if args.objective in ("live", "network") else None)})
-        runs_file.write_text(json.dumps(log, indent=2) + "\n")
+        replace_text(runs_file, json.dumps(log, indent=2) + "\n")
         report.record_optima(args.out, {o.workload: o.optimum for o in plan.objectives if o.optimum is not None})
         for objective in plan.objectives:
             if isinstance(objective, Network) and network_report.recorded_defaults(

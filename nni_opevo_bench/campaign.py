@@ -67,6 +67,7 @@ from typing import Any
 from trial_code import anchor, constraint, forked, targets
 from trial_code.cli import add_number, description, epilog
 from trial_code.evaluate import Limits, Result, evaluate
+from trial_code.files import replace_text
 from trial_code.templates import Infeasible, for_workload
 from trial_code.templates.gemm import KNOBS
 from trial_code.workloads import NAMED, lookup, named_or_operator
@@ -74,7 +75,7 @@ from trial_code.workloads import NAMED, lookup, named_or_operator
 from . import campaign_calls
 from .campaign_calls import RESERVE_S
 from .campaign_report import GOALS as GOAL_RATIOS
-from .campaign_report import STAGE_ORDER, goals_met, read_jsonl, write_atomic, write_readme
+from .campaign_report import STAGE_ORDER, goals_met, read_jsonl, write_readme
 from .objectives import Live
 from .operators import EXAMPLES
 from .runner import Plan
@@ -246,7 +247,7 @@ class Campaign:
 
     def save(self) -> None:
         with self.lock:
-            write_atomic(self.state_path, json.dumps(self.state, indent=2) + "\n")
+            replace_text(self.state_path, json.dumps(self.state, indent=2) + "\n")
 
     def run(self, stages: tuple[str, ...], command: str) -> None:
         call = {"command": command, "started": _now(), "device": device_description(self.target), "stages": []}
@@ -289,7 +290,7 @@ class Campaign:
                 found.append({"workload": name, "tf32": tf32, "device": self.gpu, **(measured.to_json() if measured else {
                     "library": None, "why": "no PyTorch with a visible GPU here (a dry run)" if self.dry_run
                     else "no PyTorch with a visible GPU here"})})
-                write_atomic(path, json.dumps(found, indent=2) + "\n")
+                replace_text(path, json.dumps(found, indent=2) + "\n")
         return True
 
     # -- goals and comparison ----------------------------------------------------------------

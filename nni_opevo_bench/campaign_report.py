@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from trial_code.constraint import rule
+from trial_code.files import replace_text
 from trial_code.status import Status
 from trial_code.workloads import NAMED
 
@@ -43,12 +43,6 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
             continue
 
 
-def write_atomic(path: Path, text: str) -> None:
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
-
-
 def write_readme(out: Path) -> None:
     """``out/README.md`` from ``out/campaign.json`` and the stages' files."""
     state = json.loads((out / "campaign.json").read_text())
@@ -68,7 +62,7 @@ def write_readme(out: Path) -> None:
     lines += _ceiling_table(list(read_jsonl(out / "ceiling.jsonl")), out / "goals.csv", anchors)
     lines += _tuner_table(out / "operators.csv", anchors, "## Users' operators (examples/operators.py), OpEvo")
     lines += _tuner_table(out / "trials.csv", anchors, "## Comparison")
-    write_atomic(out / "README.md", "\n".join(lines) + "\n")
+    replace_text(out / "README.md", "\n".join(lines) + "\n")
 
 
 def _calls_table(calls: list[dict[str, Any]]) -> list[str]:

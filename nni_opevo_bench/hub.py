@@ -44,7 +44,7 @@ import numpy as np
 from nni_opevo import catalog
 from trial_code import targets
 from trial_code.cli import add_number, bounded, description, epilog
-from trial_code.files import user_cache
+from trial_code.files import replace_text, user_cache
 
 from . import figures, kernel_tuner_strategies, tuner_specs
 from .machine import describe
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
         optima = {o.workload: o.optimum for o in (Cache(str(p.resolve())) for p in paths)}
         kept = condense(args.rows, args.out, slices, args.budgets, optima, args.seeds, published)
         earlier = json.loads((args.out / "run.json").read_text())["invocations"] if kept else []  # whose runs stay
-        (args.out / "run.json").write_text(json.dumps({
+        replace_text(args.out / "run.json", json.dumps({
             "command": " ".join(["nni-opevo hub", *(argv if argv is not None else sys.argv[1:])]),
             "budget": args.budget, "seeds": args.seeds, "invocations": [*earlier, {
                 "started": started, "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

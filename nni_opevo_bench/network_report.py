@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from trial_code import networks
+from trial_code.files import replace_text
 from trial_code.templates import for_workload
 
 from .figures import band, legend, panels, sample_std, save
@@ -33,7 +34,7 @@ def record_defaults(out: Path, network: str, target: str, latencies: dict[str, f
     path = out / DEFAULTS
     known = json.loads(path.read_text()) if path.exists() else {}
     known.setdefault(network, {})[target] = latencies
-    path.write_text(json.dumps(known, indent=2, sort_keys=True) + "\n")
+    replace_text(path, json.dumps(known, indent=2, sort_keys=True) + "\n")
 
 
 def recorded_defaults(out: Path, network: str, target: str) -> dict[str, float | None] | None:

@@ -36,7 +36,7 @@ from nni_opevo_tools.export import Options, versus_vendor
 from trial_code import anchor, forked, targets
 from trial_code.cli import add_number, description
 from trial_code.evaluate import Limits, evaluate
-from trial_code.files import user_cache
+from trial_code.files import replace_text, user_cache
 from trial_code.status import Status
 from trial_code.targets import Target
 from trial_code.workloads import named_or_operator
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
                   "budget": args.budget, "seeds": args.seeds,
                   "invocations": [*_invocations(json.loads(run_file.read_text()) if run_file.exists() else {}),
                                   {"started": _now(), "ended": None, **recorded(target)}]}
-        run_file.write_text(json.dumps(record, indent=2) + "\n")  # its start kept by a run cut short
+        replace_text(run_file, json.dumps(record, indent=2) + "\n")  # its start kept by a run cut short
         everything = [*EXAMPLES, *HAND_WRITTEN.values()]
         # The figures after 64 trials first, MetaSchedule's runs whole (it cannot resume), then
         # OpEvo's runs carried on to the budget (the runner resumes them from their rows).
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
             run(plan, args.rows / "trials.csv", progress=sys.stderr.isatty())
         compare_with_libraries(args.rows, args.budget, target, limits)
         record["invocations"][-1]["ended"] = _now()
-        run_file.write_text(json.dumps(record, indent=2) + "\n")
+        replace_text(run_file, json.dumps(record, indent=2) + "\n")
     (args.out / "README.md").write_text(readme(args.rows))
     print(f"operators: {args.out / 'README.md'}", flush=True)
 
@@ -131,7 +131,7 @@ def compare_with_libraries(rows_folder: Path, budget: int, target: Target, limit
                 libraries[spec] = _compare(spec, built, target, library)
             else:
                 continue
-            path.write_text(json.dumps(libraries, indent=2) + "\n")
+            replace_text(path, json.dumps(libraries, indent=2) + "\n")
 
 
 def _settled(entry: dict[str, Any] | None, built: dict[str, Any]) -> bool:

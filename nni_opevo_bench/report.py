@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from nni_opevo import catalog
+from trial_code.files import replace_text
 
 from . import network_report
 from .figures import band, legend, panels, sample_std, save
@@ -213,7 +214,7 @@ def record_optima(out: Path, optima: dict[str, float]) -> None:
         return
     path = out / OPTIMA
     known = json.loads(path.read_text()) if path.exists() else {}
-    path.write_text(json.dumps({**known, **optima}, indent=2, sort_keys=True) + "\n")
+    replace_text(path, json.dumps({**known, **optima}, indent=2, sort_keys=True) + "\n")
 
 
 def fraction_at(rows: list[dict[str, str]], budget: int, optimum: float) -> float:

@@ -567,6 +567,30 @@ def test_a_full_disk_stops_a_benchmark_with_the_file_named_and_resume_repeats_no
         assert len({r["configuration"] for r in run}) == 150, "a configuration measured twice"
 
 
+@pytest.mark.slow(seconds=5)
+def test_a_disk_that_fills_while_a_runs_record_is_written_leaves_the_earlier_record(tmp_path, small_disk):
+    """``run.json`` (and every record a run reads back: optima, defaults, library comparisons) is
+    written beside and renamed into place: a full disk leaves the earlier record whole."""
+    import errno
+    import shutil
+
+    from nni_opevo_bench.__main__ import main
+
+    argv = ["--objective", "synthetic", "--workloads", "SYN1", "--tuners", "opevo", "--seeds", "1", "--budget", "4",
+            "--no-progress"]
+    main([*argv, "--out", str(tmp_path / "first")])
+    shutil.copy(tmp_path / "first" / "run.json", small_disk / "run.json")
+    before = (small_disk / "run.json").read_text()
+    with open(small_disk / "filler", "wb", buffering=0) as filler, pytest.raises(OSError) as full:
+        while True:
+            filler.write(b"x" * 4096)
+    assert full.value.errno == errno.ENOSPC
+    with pytest.raises(OSError, match=f"No space left on device: '{small_disk / 'run.json'}'$"):
+        main([*argv, "--out", str(small_disk)])  # the file the user knows, not its temporary name
+    assert (small_disk / "run.json").read_text() == before
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "run.json"]
+
+
 @pytest.mark.parametrize("cut", ["between_cr_and_lf", "mid_row"])
 def test_a_row_cut_short_is_kept_if_whole_and_measured_again_if_not(tmp_path, cut):
     """A disk that fills (or a kill) can stop a row anywhere: between the carriage return and

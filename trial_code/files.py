@@ -21,15 +21,33 @@ def user_cache() -> str:
 
 def replace_file(path: str, write: Callable[[str], Any]) -> None:
     """``write(temporary)`` then rename it onto ``path``: a link planted at ``path`` is replaced,
-    never followed, and a reader never sees half a file."""
+    never followed, and a reader never sees half a file. An error writing the temporary file
+    (a full disk) names ``path``, the file the user knows."""
     folder, name = os.path.split(os.path.abspath(path))
     temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     try:
         write(temporary)
         os.replace(temporary, path)
+    except OSError as e:
+        if e.filename not in (None, temporary):  # a source read by ``write``: its own name
+            raise
+        raise OSError(e.errno, e.strerror, path) from e
     finally:
         if os.path.lexists(temporary):
             os.unlink(temporary)
+
+
+def replace_text(path: str | os.PathLike[str], text: str) -> None:
+    """``text`` written onto ``path`` through ``replace_file``: a kill or a full disk mid-write
+    leaves the earlier file whole (a run's records, read back when it resumes)."""
+    replace_file(os.fspath(path), lambda temporary: _write_new(temporary, text))
+
+
+def _write_new(path: str, text: str) -> None:
+    """``text`` into a file that must not exist yet, a link at ``path`` never followed."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
 
 
 def copy_file(source: str, destination: str) -> None:

@@ -130,7 +130,7 @@ def build_and_measure(job: dict[str, Any], holding: bool) -> None:
     emit("built", build_s=time.perf_counter() - start, arch=target.arch_name)
     try:
         if job.get("source_path"):
-            files.replace_file(job["source_path"], lambda path: _write_text(path, kernel.source(executable, target)))
+            files.replace_text(job["source_path"], kernel.source(executable, target))
         if job.get("library_path"):
             files.replace_file(job["library_path"], executable.export_library)
     except Exception as exc:  # a full disk, a folder we may not write
@@ -180,12 +180,6 @@ def measured(workload: Any, executable: Any, target: Any, job: dict[str, Any], p
 
     emit("done", status="NO_ERROR", latency_s=timing.latency_s, repeats_s=timing.repeats_s,
          flops=for_workload(workload).flops(workload))
-
-
-def _write_text(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
 
 
 def watch_parent(fd: int | None) -> None:
