@@ -42,7 +42,7 @@ from nni_opevo_bench.machine import describe
 from trial_code import kernel, targets, workloads
 from trial_code.cli import add_number, description
 from trial_code.constraint import admitted_share, draw
-from trial_code.files import user_cache
+from trial_code.files import replace_text, user_cache
 from trial_code.templates import for_workload
 
 H100 = targets.h100()
@@ -277,9 +277,9 @@ def main(argv: list[str] | None = None) -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         readme = args.out / "README.md"
         existing = readme.read_text() if readme.is_file() else ""
-        readme.write_text(page(existing, args.rule, section(rows, args.workloads, shares, run)))
+        replace_text(readme, page(existing, args.rule, section(rows, args.workloads, shares, run)))  # other rules' sections
     args.rows.parent.mkdir(parents=True, exist_ok=True)
-    args.rows.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    replace_text(args.rows, "".join(json.dumps(row) + "\n" for row in rows))
 
 
 if __name__ == "__main__":
