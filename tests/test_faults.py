@@ -591,6 +591,16 @@ def test_a_disk_that_fills_while_a_runs_record_is_written_leaves_the_earlier_rec
     assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "run.json"]
 
 
+def test_a_temporary_file_a_killed_writer_left_does_not_block_the_next_write(tmp_path):
+    """A writer killed between writing its temporary file and renaming it leaves that file; the
+    next writer, of any process id, writes under a name of its own."""
+    from trial_code.files import replace_text
+
+    (tmp_path / f".run.json.{os.getpid()}.tmp").write_text("[")
+    replace_text(tmp_path / "run.json", "[]\n")
+    assert (tmp_path / "run.json").read_text() == "[]\n"
+
+
 @pytest.mark.parametrize("cut", ["between_cr_and_lf", "mid_row"])
 def test_a_row_cut_short_is_kept_if_whole_and_measured_again_if_not(tmp_path, cut):
     """A disk that fills (or a kill) can stop a row anywhere: between the carriage return and

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import shutil
 import signal
 import tempfile
@@ -24,7 +25,8 @@ def replace_file(path: str, write: Callable[[str], Any]) -> None:
     never followed, and a reader never sees half a file. An error writing the temporary file
     (a full disk) names ``path``, the file the user knows."""
     folder, name = os.path.split(os.path.abspath(path))
-    temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    # A name no other writer, nor one killed before its rename, has left there.
+    temporary = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         write(temporary)
         os.replace(temporary, path)
