@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         log = json.loads(runs_file.read_text()) if runs_file.exists() else []
         log.append({"command": " ".join(["python -m nni_opevo_bench", *(argv if argv is not None else sys.argv[1:])]),
                     "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                    **recorded(targets.resolve(args.target) if args.objective in ("live", "network") else None)})
+                    **recorded(next((o.device for o in plan.objectives if isinstance(o, (Live, Network))), None))})
         replace_text(runs_file, json.dumps(log, indent=2) + "\n")
         report.record_optima(args.out, {o.workload: o.optimum for o in plan.objectives if o.optimum is not None})
         for objective in plan.objectives:
