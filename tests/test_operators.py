@@ -798,6 +798,20 @@ MODULES = {
             x = te.placeholder((n,), "float32", name="X")
             return Operator([x], x, flops=n)
     """),
+    "hand_written": textwrap.dedent("""
+        from tvm import te, topi
+        from trial_code.operators import Operator
+        def sort(n=4):
+            x = te.placeholder((n, n), "float32", name="X")
+            return Operator([x], topi.sort(x, axis=1), flops=n)
+        def doubled_cumsum(n=4):
+            x = te.placeholder((n,), "float32", name="X")
+            total = topi.cumsum(x)
+            return Operator([x], te.compute((n,), lambda i: total[i] * 2, name="Y"), flops=n)
+        def unlisted(n=4):
+            x, z = te.placeholder((n,), "float32", name="X"), te.placeholder((n,), "float32", name="Z")
+            return Operator([x], te.compute((n,), lambda i: x[i] + z[i], name="Y"), flops=n)
+    """),
     "unsigned32": textwrap.dedent("""
         from tvm import te
         from trial_code.operators import Operator
@@ -820,6 +834,9 @@ CASES = [
     ("no_compute:op", {}, "returned NoneType, not trial_code.operators.Operator"),
     ("no_compute:op", {"bogus": 3}, "the shape arguments ['bogus'] do not fit its parameters"),
     ("placeholder_output:op", {}, "the output must be a te.compute, not an input"),
+    ("hand_written:sort", {}, "stage sort_cpu is a te.extern, not a te.compute: its loops are written by hand"),
+    ("hand_written:doubled_cumsum", {}, "stage cumsum_generic is a te.extern, not a te.compute"),
+    ("hand_written:unlisted", {}, "it reads Z, a te.placeholder that is not among its inputs (X): list it in inputs"),
     ("unsigned32:op", {}, "tensor X is uint32; its tensors may be float16, bfloat16, float32, float64, int8, uint8, "
                         "int16, int32, int64"),
     ("huge:op", {"n": 40000}, "its inputs and output take 11.9 GiB; at most 4 GiB"),

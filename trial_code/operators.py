@@ -137,6 +137,37 @@ def call(spec: str, arguments: dict[str, Any]) -> Operator:
     return found
 
 
+STAGE_KINDS = {"ExternOp": "a te.extern", "ScanOp": "a te.scan"}
+"""How a stage that is not a ``te.compute`` is named in the refusal."""
+
+
+def _check_stages(spec: str, op: Operator) -> None:
+    """Every stage the output is computed from is a ``te.compute`` or one of the inputs: a
+    stage of hand-written loops (``te.extern``: TOPI's sort, top-k and cumsum) has no loop nest
+    to derive a space from, and a placeholder missing from the inputs is an argument the
+    kernel would not take."""
+    from tvm import te
+
+    inputs = {t.op for t in op.inputs}
+    seen, pending = set(), [op.output.op]
+    while pending:
+        stage = pending.pop()
+        if stage in seen:
+            continue
+        seen.add(stage)
+        if isinstance(stage, te.PlaceholderOp):
+            if stage not in inputs:
+                raise ValueError(f"operator {spec}: it reads {stage.name}, a te.placeholder that is not among its "
+                                 f"inputs ({', '.join(t.op.name for t in op.inputs)}): list it in inputs")
+        elif isinstance(stage, te.ComputeOp):
+            pending.extend(t.op for t in stage.input_tensors)
+        else:
+            kind = STAGE_KINDS.get(type(stage).__name__, type(stage).__name__)
+            raise ValueError(f"operator {spec}: stage {stage.name} is {kind}, not a te.compute: its loops are "
+                             "written by hand (as TOPI's sort, top-k and cumsum are), with no loop nest to derive "
+                             "a search space from")
+
+
 def _check_operator(spec: str, op: Operator) -> None:
     from tvm import te
 
@@ -145,8 +176,9 @@ def _check_operator(spec: str, op: Operator) -> None:
         raise ValueError(f"operator {spec}: inputs must be a non-empty list of te tensors and output a te tensor")
     if any(not isinstance(t.op, te.PlaceholderOp) for t in op.inputs):
         raise ValueError(f"operator {spec}: every input must be a te.placeholder")
-    if not isinstance(op.output.op, te.ComputeOp):
+    if isinstance(op.output.op, te.PlaceholderOp):
         raise ValueError(f"operator {spec}: the output must be a te.compute, not an input")
+    _check_stages(spec, op)
     for tensor in tensors:
         if tensor.dtype not in DTYPES:
             raise ValueError(f"operator {spec}: tensor {tensor.op.name} is {tensor.dtype}; its tensors may be "
