@@ -193,7 +193,7 @@ def test_row_sums_offers_the_partial_results_that_split_a_row():
 
 USER_OPERATORS = """
     import numpy as np
-    from tvm import te, topi
+    from tvm import te, tirx, topi
     from trial_code.operators import Operator
     from trial_code.templates import DerivedTemplate, Infeasible
 
@@ -283,6 +283,23 @@ USER_OPERATORS = """
             return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         return Operator([x], topi.nn.log_softmax(x, axis=1), flops=4 * rows * cols, reference=reference)
 
+    def argmax(rows=512, cols=512):  # reductions by a tuple: the index beside the maximum
+        x = te.placeholder((rows, cols), "float32", name="X")
+        return Operator([x], topi.argmax(x, axis=1), flops=rows * cols, reference=lambda x: np.argmax(x, axis=1))
+
+    def argmin_columns(rows=256, cols=128):
+        x = te.placeholder((rows, cols), "float32", name="X")
+        return Operator([x], topi.argmin(x, axis=0), flops=rows * cols, reference=lambda x: np.argmin(x, axis=0))
+
+    def largest(rows=256, cols=128):  # a reducer of the user's, whose output is its second value
+        x = te.placeholder((rows, cols), "float32", name="X")
+        k = te.reduce_axis((0, cols), name="k")
+        def combine(a, b):
+            return tirx.Select(a[1] >= b[1], a[0], b[0]), tirx.Select(a[1] >= b[1], a[1], b[1])
+        reducer = te.comm_reducer(combine, lambda t0, t1: (tirx.const(-1, t0), te.min_value(t1)), name="largest")
+        _, value = te.compute((rows,), lambda i: reducer((k, x[i, k]), axis=k), name="T")
+        return Operator([x], value, flops=rows * cols, reference=lambda x: x.max(axis=1))
+
     def dot(n=1 << 16):  # reductions to a single value
         x, y = te.placeholder((n,), "float32", name="X"), te.placeholder((n,), "float32", name="Y")
         k = te.reduce_axis((0, n), name="k")
@@ -315,6 +332,10 @@ USER_OPERATORS = """
         x = te.placeholder((n, c, h), "float32", name="X")
         return Operator([x], topi.sum(x), flops=n * c * h, reference=np.sum)
 
+    def argmax_all(n=1 << 14):
+        x = te.placeholder((n,), "float32", name="X")
+        return Operator([x], topi.argmax(x), flops=n, reference=lambda x: np.array(np.argmax(x)))
+
     def log_sum_exp(n=256):
         x = te.placeholder((n,), "float32", name="X")
         k, k2 = te.reduce_axis((0, n), name="k"), te.reduce_axis((0, n), name="k2")
@@ -337,7 +358,8 @@ USER_OPERATORS = """
                 raise Infeasible(f"a thread's inner reduction of {inner} steps is under 128")
 """
 TOPI_BUILT = ["dense", "conv2d", "max_pool", "global_average", "reshaped_matmul", "log_softmax", "add_relu"]
-SINGLE_VALUES = ["dot", "mse", "norm", "share", "total"]
+SINGLE_VALUES = ["dot", "mse", "norm", "share", "total", "argmax_all"]
+TUPLES = ["argmax", "argmin_columns", "largest"]
 
 
 @pytest.fixture
@@ -561,6 +583,36 @@ def test_operators_built_from_topi_run_and_match_on_the_cpu_and_compile_for_the_
     assert result.status.name == "NO_ERROR" and result.tflops > 0, (params, result.error)
     params, _ = constraint.draw(workload, H100, 0)
     registers_only(workload, params)
+
+
+@pytest.mark.slow(seconds=5)
+@NEEDS_NVCC
+@pytest.mark.parametrize("name", TUPLES)
+def test_a_reduction_by_a_tuple_runs_on_the_cpu_and_keeps_each_value_in_gpu_registers(user_operators, name):
+    """An argmax reduces a tuple, the index beside the maximum, into a buffer per value (TOPI's
+    argmax and argmin, a reducer of the user's whose output is its second value). The index's
+    buffer alone went to registers, and TVM refused to build any CUDA kernel that left the other
+    in global memory. Admitted configurations match the reference on the CPU and compile free of
+    local memory."""
+    workload = user_operators(name)
+    for seed in range(2):
+        params, _ = constraint.draw(workload, targets.cpu(), seed)
+        result = evaluate(workload, params, targets.cpu(), Limits(repeat=2, min_repeat_ms=5))
+        assert result.status.name == "NO_ERROR", (params, result.error)
+        registers_only(workload, constraint.draw(workload, H100, seed)[0])
+
+
+@NEEDS_NVCC
+def test_the_register_estimate_counts_each_value_a_tuple_carries(user_operators):
+    """A GPU thread of an argmax holds an index and a maximum for each of its rows: 128 rows each
+    of 2 threads spilled to local memory, which the estimate refuses (counting one accumulator a
+    row, it would not)."""
+    workload = user_operators("argmax")
+    params = {"tile_ax0": [2, 1, 2, 128], "tile_k1": [64, 8, 1], "inner_order": ["ax0", "k1"], "unroll": 512,
+              "shared": 0}
+    with pytest.raises(Infeasible, match="estimated registers per thread 296 exceeds the limit 255"):
+        for_workload(workload).check(workload, params, H100)
+    assert local_memory(cuda_source(workload, params, checked=False)) > 0
 
 
 @pytest.mark.slow(seconds=8)

@@ -159,8 +159,9 @@ class Structure:
     ``_schedule_rows_cuda``)."""
     row_values: int
     """In a normalization, the registers a GPU thread needs per row it computes: one per
-    reduction (a mean, a maximum), ``COLUMN_REGISTERS`` per value of a stage with columns of its
-    own (the scores of an attention before their softmax)."""
+    reduction (a mean, a maximum; one per value of a tuple's, an argmax's index and maximum),
+    ``COLUMN_REGISTERS`` per value of a stage with columns of its own (the scores of an
+    attention before their softmax)."""
     row_length: int
     """In a normalization, the longest axis of a stage besides the rows (a row's columns): an
     ``unroll`` of at least this writes each row's loops out, and ptxas then holds as many loads
@@ -197,6 +198,10 @@ class Structure:
     value_registers: int = 1
     """32-bit registers one computed value takes on the GPU: 2 where a stage computes in a 64-bit
     type (float64, int64); a narrower value takes one as well, unless ptxas packs two."""
+    carried: int = 1
+    """Values the main stage's reduction carries for each point of its output, each in an
+    accumulator of its own: 2 for a reduction by a tuple such as an argmax (the index beside the
+    maximum), 1 for a sum."""
 
     @property
     def spatial(self) -> list[Axis]:
@@ -313,7 +318,7 @@ class DerivedTemplate(Template):
                 rows = math.prod(tiles[name][2] for name in spatial[:-1])
                 check_cpu_unroll("the register tile of the other spatial axes", rows)
                 if found.reductions:
-                    check_cpu_register_tile(target, "the last factors of the spatial tile_*", rows,
+                    check_cpu_register_tile(target, "the last factors of the spatial tile_*", rows * found.carried,
                                             tiles[spatial[-1]][2], itemsize)
             return
         order(params, "inner_order", names)
@@ -324,7 +329,8 @@ class DerivedTemplate(Template):
         extents = [math.prod(tiles[a.name][1:]) for a in found.axes]  # a block's tile, one reduction stage
         shared_bytes = sum(f.itemsize * f.elements(extents) for f in found.inputs if not f.gathered) if shared else 0
         check_gpu_launch(target, [threads], vthreads, shared_bytes, [])
-        accumulators = math.prod(tiles[name][1] * tiles[name][3] for name in spatial) if found.reductions else 0
+        accumulators = found.carried * math.prod(tiles[name][1] * tiles[name][3] for name in spatial) \
+            if found.reductions else 0
         # Virtual threads each compute their own copy of a kept stage's values, whichever axes it follows.
         kept = [vthreads * math.prod(tiles[name][3] for name in axes) for axes in found.kept_before]
         kept = sum(kept) + max(kept, default=0)
@@ -487,7 +493,8 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     row_values, row_length, column_values = _row_registers(sch, stages, row_extents, {n for n, _ in columns}) \
         if normalizes else (0, 0, 0)
     return Structure(tuple(axes), tuple(footprints.values()), normalizes, row_values, row_length, column_values,
-                     separate, columns, kept_before, bool(stages.shared), identity, value_registers=value_registers)
+                     separate, columns, kept_before, bool(stages.shared), identity, value_registers=value_registers,
+                     carried=len(block.writes))
 
 
 def _columns(block: Any) -> Any | None:
@@ -516,8 +523,10 @@ def _row_registers(sch: Any, stages: _Stages, rows: list[int], columns: set[str]
     """A normalization's ``Structure.row_values``, ``row_length`` and ``column_values`` (the part
     of the first that the stages named in ``columns`` take)."""
     inside = [*stages.before, stages.main, *stages.after[:-1]]
-    values = {sch.get(b).name_hint: _spatial_elements(sch, b) // math.prod(rows) for b in inside}
-    values = {name: 1 if n == 1 else math.ceil(COLUMN_REGISTERS * n) for name, n in values.items()}
+    values = {sch.get(b).name_hint: (_spatial_elements(sch, b) // math.prod(rows), len(sch.get(b).writes))
+              for b in inside}  # a reduction by a tuple (an argmax) holds each of its values
+    values = {name: carried * (1 if n == 1 else math.ceil(COLUMN_REGISTERS * n))
+              for name, (n, carried) in values.items()}
     length = max((int(iv.dom.extent) for b in [*inside, stages.after[-1]] for iv in sch.get(b).iter_vars[len(rows):]),
                  default=0)
     return sum(values.values()), length, sum(n for name, n in values.items() if name in columns)
@@ -615,11 +624,29 @@ def _move_before(sch: Any, stages: _Stages, loop: Any, scope: str | None) -> Non
         try:
             sch.compute_at(block, loop)
             if scope:
-                sch.set_scope(block, 0, scope)
+                _accumulate_in(sch, block, scope)
             elif not _reduces(sch, block):  # a shared stage kept on the CPU: whole vectors
                 _vectorize_last(sch, block, loop, 0)
         except Exception:  # noqa: BLE001 (TVM's ScheduleError)
             leftover(sch, block, scope is not None)
+
+
+def _accumulate_in(sch: Any, block: Any, scope: str) -> list[Any]:
+    """``block``'s values kept in ``scope`` while it computes them: where it writes the output,
+    into a copy that a stage of its own writes back (returned), and the computation's own buffers
+    it writes set to ``scope``. A reduction by a tuple (an argmax's index beside its maximum)
+    writes one buffer per value; one left in global memory inside a CUDA kernel is memory the
+    kernel cannot allocate, and TVM refuses to build it."""
+    def own(position: int) -> bool:
+        source = sch.get(block).writes[position].source
+        return any(source.same_as(b) for b in sch.get(sch.get_sblock("root")).alloc_buffers)
+
+    count = len(sch.get(block).writes)
+    written_back = [sch.cache_write(block, i, scope) for i in range(count) if not own(i)]
+    for i in range(count):
+        if sch.get(block).writes[i].source.scope() != scope:
+            sch.set_scope(block, i, scope)
+    return written_back
 
 
 def _under(sch: Any, block: Any, loop: Any) -> bool:
@@ -692,9 +719,9 @@ def _schedule_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str,
             except Exception:  # noqa: BLE001 (TVM's ScheduleError)
                 leftover(sch, after, cuda=False)
     elif reductions:
-        accumulate = sch.cache_write(block, 0, "global")
-        sch.reverse_compute_at(accumulate, anchor)
-        writers.append(accumulate)
+        for accumulate in _accumulate_in(sch, block, "global"):
+            sch.reverse_compute_at(accumulate, anchor)
+            writers.append(accumulate)
     # The write-back's columns: the register tile's, and the cache block's too unless the last
     # axis's cache-block loop is above the anchor.
     last_above = spatial[-1] in params["order"][:len(above)]
@@ -956,10 +983,8 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
     thread_count = math.prod(params[f"tile_{name}"][2] for name in spatial)
     written = []
     if reductions:
-        if stages.after:
-            sch.set_scope(block, 0, "local")
-        else:
-            stages.after = [sch.cache_write(block, 0, "local")]
+        written_back = _accumulate_in(sch, block, "local")
+        stages.after = stages.after or written_back
     for after in stages.after:
         try:
             sch.reverse_compute_at(after, threads)
@@ -1083,7 +1108,7 @@ def _schedule_rows_cuda(sch: Any, stages: _Stages, found: Structure, params: dic
     inside = [*reversed(stages.after[:-1]), stages.main, *reversed(stages.before)]
     for block in inside:
         sch.compute_at(block, threads)
-        sch.set_scope(block, 0, "local")
+        _accumulate_in(sch, block, "local")
     for block in [*inside, output]:  # its rows, and a row's columns only where registers hold them
         for loop in _register_loops(sch, block, threads):
             sch.unroll(loop)

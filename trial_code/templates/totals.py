@@ -62,8 +62,8 @@ def schedule_cpu(sch: Any, main: Any, after: list[Any], reductions: dict[str, in
     sch.reorder(parallel, *steps, vector)
     sch.parallel(parallel)
     sch.vectorize(vector)
-    registers = sch.cache_write(partial, 0, "global")  # each chunk's lanes, a buffer of its own
-    sch.reverse_compute_at(registers, parallel)
+    for registers in _cached(sch, partial, "global"):  # each chunk's lanes, a buffer of its own
+        sch.reverse_compute_at(registers, parallel)
     sch.decompose_reduction(partial, steps[0])
     for block in after:
         if _elements(sch, block) > 1:
@@ -81,8 +81,8 @@ def schedule_cuda(sch: Any, main: Any, after: list[Any], reductions: dict[str, i
     blocks, thread = sch.split(results, [None, threads])
     sch.bind(blocks, "blockIdx.x")
     sch.bind(thread, "threadIdx.x")
-    register = sch.cache_write(partial, 0, "local")
-    sch.reverse_compute_at(register, thread)
+    for register in _cached(sch, partial, "local"):
+        sch.reverse_compute_at(register, thread)
     sch.decompose_reduction(partial, steps[0])
     if params["unroll"]:
         sch.annotate(blocks, "pragma_auto_unroll_max_step", params["unroll"])
@@ -136,3 +136,9 @@ def _factor(sch: Any, block: Any, results: list[Any], steps: list[Any]) -> Any:
 
 def _elements(sch: Any, block: Any) -> int:
     return math.prod(int(iv.dom.extent) for iv in sch.get(block).iter_vars)
+
+
+def _cached(sch: Any, partial: Any, scope: str) -> list[Any]:
+    """The partial results accumulated in ``scope`` and written back once: one buffer per value
+    the reduction carries (a tuple's, an argmax's index beside its maximum, each its own)."""
+    return [sch.cache_write(partial, i, scope) for i in range(len(sch.get(partial).writes))]
