@@ -860,6 +860,10 @@ MODULES = {
             x = te.placeholder((n,), "float32", name="X")
             total = topi.cumsum(x)
             return Operator([x], te.compute((n,), lambda i: total[i] * 2, name="Y"), flops=n)
+        def masked(n=4):
+            x = te.placeholder((n,), "float32", name="X")
+            k = te.reduce_axis((0, n), name="k")
+            return Operator([x], te.compute((n,), lambda i: te.sum(x[k], axis=k, where=k <= i), name="Y"), flops=n)
         def unlisted(n=4):
             x, z = te.placeholder((n,), "float32", name="X"), te.placeholder((n,), "float32", name="Z")
             return Operator([x], te.compute((n,), lambda i: x[i] + z[i], name="Y"), flops=n)
@@ -888,6 +892,8 @@ CASES = [
     ("placeholder_output:op", {}, "the output must be a te.compute, not an input"),
     ("hand_written:sort", {}, "stage sort_cpu is a te.extern, not a te.compute: its loops are written by hand"),
     ("hand_written:doubled_cumsum", {}, "stage cumsum_generic is a te.extern, not a te.compute"),
+    ("hand_written:masked", {}, "stage Y reduces under a condition (where=...), which TVM's te.create_prim_func "
+                                "drops, so its kernels would reduce every term: put the condition in the terms"),
     ("hand_written:unlisted", {}, "it reads Z, a te.placeholder that is not among its inputs (X): list it in inputs"),
     ("unsigned32:op", {}, "tensor X is uint32; its tensors may be float16, bfloat16, float32, float64, int8, uint8, "
                         "int16, int32, int64"),

@@ -144,9 +144,9 @@ STAGE_KINDS = {"ExternOp": "a te.extern", "ScanOp": "a te.scan"}
 def _check_stages(spec: str, op: Operator) -> None:
     """Every stage the output is computed from is a ``te.compute`` or one of the inputs: a
     stage of hand-written loops (``te.extern``: TOPI's sort, top-k and cumsum) has no loop nest
-    to derive a space from, and a placeholder missing from the inputs is an argument the
-    kernel would not take."""
-    from tvm import te
+    to derive a space from, a placeholder missing from the inputs is an argument the kernel
+    would not take, and a reduction's ``where`` condition is lost on the way to TIR."""
+    from tvm import te, tirx
 
     inputs = {t.op for t in op.inputs}
     seen, pending = set(), [op.output.op]
@@ -160,12 +160,23 @@ def _check_stages(spec: str, op: Operator) -> None:
                 raise ValueError(f"operator {spec}: it reads {stage.name}, a te.placeholder that is not among its "
                                  f"inputs ({', '.join(t.op.name for t in op.inputs)}): list it in inputs")
         elif isinstance(stage, te.ComputeOp):
+            if any(isinstance(value, tirx.Reduce) and not _always(value.condition) for value in stage.body):
+                raise ValueError(f"operator {spec}: stage {stage.name} reduces under a condition (where=...), which "
+                                 "TVM's te.create_prim_func drops, so its kernels would reduce every term: put the "
+                                 "condition in the terms instead (te.if_then_else(condition, term, 0) in a sum)")
             pending.extend(t.op for t in stage.input_tensors)
         else:
             kind = STAGE_KINDS.get(type(stage).__name__, type(stage).__name__)
             raise ValueError(f"operator {spec}: stage {stage.name} is {kind}, not a te.compute: its loops are "
                              "written by hand (as TOPI's sort, top-k and cumsum are), with no loop nest to derive "
                              "a search space from")
+
+
+def _always(condition: Any) -> bool:
+    """Whether a reduction's condition is the constant true of a reduction without ``where``."""
+    from tvm import tirx
+
+    return isinstance(condition, tirx.IntImm) and bool(condition.value)
 
 
 def _check_operator(spec: str, op: Operator) -> None:
