@@ -208,6 +208,13 @@ class Structure:
         return [a for a in self.axes if not a.reduction]
 
     @property
+    def row_axes(self) -> list[Axis]:
+        """A normalization's rows: the main stage's spatial axes longer than one. An axis of one
+        (a reduction's kept dimension, ``keepdims=True``; a batch of one) has nothing to split,
+        and the output may spread it over its columns."""
+        return [a for a in self.spatial if a.extent > 1]
+
+    @property
     def reductions(self) -> list[Axis]:
         return [a for a in self.axes if a.reduction]
 
@@ -301,7 +308,7 @@ class DerivedTemplate(Template):
         tiles = {a.name: factors(params, f"tile_{a.name}", a.extent,
                                  (3 if cuda else 2) if a.reduction else (4 if cuda else 3)) for a in found.axes}
         names = [a.name for a in found.axes]
-        spatial = [a.name for a in found.spatial]
+        spatial = [a.name for a in (found.row_axes if found.rows else found.spatial)]
         if not cuda:
             order(params, "order", names)
             if found.rows:
@@ -483,7 +490,7 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     if total:
         return Structure(tuple(axes), (), False, 0, 0, 0, (), (), (), False, identity, total=True,
                          value_registers=value_registers)
-    row_extents = [a.extent for a in axes if not a.reduction]
+    row_extents = _long([a.extent for a in axes if not a.reduction])
     normalizes = _normalizes(sch, stages, row_extents)
     separate, kept = ((), ()) if normalizes else _before_main(s_tir.Schedule(tvm.IRModule({"main": function})))
     kept_before = tuple(tuple(axes[i].name for i in positions) for positions in kept)
@@ -510,13 +517,19 @@ def _normalizes(sch: Any, stages: _Stages, rows: list[int]) -> bool:
     """Whether the computation is a normalization, scheduled row by row: reductions before the
     main stage and stages after it (softmax, a layer norm), or stages after it that spread each of
     its results over a row (an RMS norm's scaling by its one reduction), the output being laid
-    out by the main stage's ``rows`` and longer."""
+    out by the main stage's ``rows`` (axes of one aside, ``_long``) and longer."""
     if not stages.after:
         return False
     if stages.before:
         return True
-    output = [int(iv.dom.extent) for iv in sch.get(stages.after[-1]).iter_vars]
+    output = _long([int(iv.dom.extent) for iv in sch.get(stages.after[-1]).iter_vars])
     return len(output) > len(rows) and output[:len(rows)] == rows
+
+
+def _long(extents: list[int]) -> list[int]:
+    """The extents longer than one: what lays out a normalization's rows and columns, whichever
+    axes of one a stage keeps beside them (``Structure.row_axes``)."""
+    return [e for e in extents if e > 1]
 
 
 def _row_registers(sch: Any, stages: _Stages, rows: list[int], columns: set[str]) -> tuple[int, int, int]:
@@ -527,8 +540,8 @@ def _row_registers(sch: Any, stages: _Stages, rows: list[int], columns: set[str]
               for b in inside}  # a reduction by a tuple (an argmax) holds each of its values
     values = {name: carried * (1 if n == 1 else math.ceil(COLUMN_REGISTERS * n))
               for name, (n, carried) in values.items()}
-    length = max((int(iv.dom.extent) for b in [*inside, stages.after[-1]] for iv in sch.get(b).iter_vars[len(rows):]),
-                 default=0)
+    length = max((e for b in [*inside, stages.after[-1]]
+                  for e in _long([int(iv.dom.extent) for iv in sch.get(b).iter_vars])[len(rows):]), default=0)
     return sum(values.values()), length, sum(n for name, n in values.items() if name in columns)
 
 
@@ -677,16 +690,17 @@ def _vectorize_last(sch: Any, block: Any, anchor: Any, preferred: int) -> None:
         sch.vectorize(sch.split(store[-1], [None, _vector_lanes(extent, preferred)])[1])
 
 
-def _tile_cpu(sch: Any, block: Any, loops: list[Any], found: Structure, params: dict[str, Any], levels: slice
+def _tile_cpu(sch: Any, block: Any, loops: list[Any], axes: list[Axis], params: dict[str, Any], levels: slice
               ) -> tuple[dict[str, list[Any]], list[Any]]:
-    """The main stage's loops split by its tiles' ``levels`` and ordered: the cache-block loops
-    in ``order``, then the reductions' inner loops, then the register tile (unrolled, its last
-    axis vectorized). The parts of each axis, and the cache-block loops in order."""
-    spatial = [a.name for a in found.spatial]
-    reductions = [a.name for a in found.reductions]
+    """The main stage's ``loops``, one for each of ``axes``, split by its tiles' ``levels`` and
+    ordered: the cache-block loops in ``order``, then the reductions' inner loops, then the
+    register tile (unrolled, its last axis vectorized). The parts of each axis, and the
+    cache-block loops in order."""
+    spatial = [a.name for a in axes if not a.reduction]
+    reductions = [a.name for a in axes if a.reduction]
     parts = {a.name: list(sch.split(loop, params[f"tile_{a.name}"][levels if not a.reduction else slice(None)]))
-             for a, loop in zip(found.axes, loops)}
-    middle = [parts[name][-2] if name in spatial else parts[name][0] for name in params["order"]]
+             for a, loop in zip(axes, loops)}
+    middle = [parts[name][-2] if name in spatial else parts[name][0] for name in params["order"] if name in parts]
     sch.reorder(*(parts[name][0] for name in spatial if len(parts[name]) == 3), *middle,
                 *(parts[name][1] for name in reductions), *(parts[name][-1] for name in spatial))
     for name in spatial[:-1]:
@@ -702,7 +716,7 @@ def _schedule_cpu(sch: Any, stages: _Stages, found: Structure, params: dict[str,
     block = stages.main
     spatial = [a.name for a in found.spatial]
     reductions = [a.name for a in found.reductions]
-    parts, middle = _tile_cpu(sch, block, sch.get_loops(block), found, params, slice(None))
+    parts, middle = _tile_cpu(sch, block, sch.get_loops(block), list(found.axes), params, slice(None))
     outer = [parts[name][0] for name in spatial]
     parallel = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     sch.parallel(parallel)
@@ -756,7 +770,7 @@ def _schedule_rows_cpu(sch: Any, stages: _Stages, found: Structure, params: dict
     outer parts run in parallel; every other stage is computed inside, for its rows, and the main
     stage tiled there by the rest of its tiles."""
     output = stages.after[-1]
-    spatial = found.spatial
+    spatial = found.row_axes
     rows = _row_loops(sch, output, spatial)
     parts = [sch.split(loop, params[f"tile_{a.name}"]) for loop, a in zip(rows, spatial)]
     sch.reorder(*(p[0] for p in parts), *(p[1] for p in parts), *(p[2] for p in parts))
@@ -785,11 +799,13 @@ def _rows_per_lane(sch: Any, stages: _Stages, found: Structure, params: dict[str
         sch.compute_at(block, anchor)
     for block in stages.before:
         if _reduces(sch, block) and not any(block.same_as(a) for a in across):
-            _reduce_rows_in_vectors(sch, block, anchor, params[f"tile_{found.spatial[-1].name}"][2])
+            _reduce_rows_in_vectors(sch, block, anchor, params[f"tile_{found.row_axes[-1].name}"][2])
     main_loops = loops_below(sch, stages.main, anchor)
-    if len(main_loops) == len(found.axes):  # unit axes leave no loop: such a tile stays as it is
-        _, middle = _tile_cpu(sch, stages.main, main_loops, found, params, slice(1, None))
-        first_reduction = next(i for i, name in enumerate(params["order"]) if name in {a.name for a in found.reductions})
+    axes = [*found.row_axes, *found.reductions]  # a spatial axis of one has no loop here
+    if len(main_loops) == len(axes):  # a row tile of one leaves none either: such a tile stays as it is
+        _, middle = _tile_cpu(sch, stages.main, main_loops, axes, params, slice(1, None))
+        ordered = [name for name in params["order"] if name in {a.name for a in axes}]
+        first_reduction = next(i for i, name in enumerate(ordered) if name in {a.name for a in found.reductions})
         sch.decompose_reduction(stages.main, middle[first_reduction])
 
 
@@ -948,9 +964,10 @@ def _reduce_rows_in_vectors(sch: Any, block: Any, anchor: Any, lanes: int) -> No
 
 
 def _row_loops(sch: Any, output: Any, spatial: list[Axis]) -> list[Any]:
-    """The output's leading loops, one per spatial axis of the main stage, of the same extents;
-    ValueError when the output is not laid out by rows of the main stage."""
-    loops = sch.get_loops(output)
+    """The output's leading loops longer than one, one per row axis of the main stage
+    (``Structure.row_axes``), of the same extents; ValueError when the output is not laid out by
+    rows of the main stage."""
+    loops = [loop for loop in sch.get_loops(output) if int(sch.get(loop).extent) > 1]
     extents = [int(sch.get(loop).extent) for loop in loops]
     if extents[:len(spatial)] != [a.extent for a in spatial]:
         raise ValueError(f"the output's leading axes {extents[:len(spatial)]} are not the main stage's spatial axes "
@@ -1096,8 +1113,8 @@ def _schedule_rows_cuda(sch: Any, stages: _Stages, found: Structure, params: dic
     if params.get("apart"):
         _kernels_of_their_own(sch, stages, {name for name, _ in found.columns})
     output = stages.after[-1]
-    parts = [sch.split(loop, params[f"tile_{a.name}"]) for loop, a in zip(_row_loops(sch, output, found.spatial),
-                                                                           found.spatial)]
+    parts = [sch.split(loop, params[f"tile_{a.name}"]) for loop, a in zip(_row_loops(sch, output, found.row_axes),
+                                                                           found.row_axes)]
     sch.reorder(*(p[level] for level in range(3) for p in parts))
     blocks = sch.fuse(*(p[0] for p in parts)) if len(parts) > 1 else parts[0][0]
     threads = sch.fuse(*(p[1] for p in parts)) if len(parts) > 1 else parts[0][1]
