@@ -902,6 +902,10 @@ MODULES = {
             x = te.placeholder((n,), "float32", name="X")
             k = te.reduce_axis((0, n), name="k")
             return Operator([x], te.compute((n,), lambda i: te.sum(x[k], axis=k, where=k <= i), name="Y"), flops=n)
+        def endless(n=1 << 30):  # a sum over 1 GiB of int8: within the 4 GiB of tensors
+            x = te.placeholder((n,), "int8", name="X")
+            k = te.reduce_axis((0, n), name="k")
+            return Operator([x], te.compute((1,), lambda _: te.sum(x[k].astype("int32"), axis=k), name="S"), flops=n)
         def unlisted(n=4):
             x, z = te.placeholder((n,), "float32", name="X"), te.placeholder((n,), "float32", name="Z")
             return Operator([x], te.compute((n,), lambda i: x[i] + z[i], name="Y"), flops=n)
@@ -932,6 +936,8 @@ CASES = [
     ("hand_written:doubled_cumsum", {}, "stage cumsum_generic is a te.extern, not a te.compute"),
     ("hand_written:masked", {}, "stage Y reduces under a condition (where=...), which TVM's te.create_prim_func "
                                 "drops, so its kernels would reduce every term: put the condition in the terms"),
+    ("hand_written:endless", {}, "axis k of stage S has 1,073,741,824 iterations; at most 1,073,741,823 (2^30 - 1), "
+                                 "where TVM's loop unroller overflows and compiles without bound"),
     ("hand_written:unlisted", {}, "it reads Z, a te.placeholder that is not among its inputs (X): list it in inputs"),
     ("unsigned32:op", {}, "tensor X is uint32; its tensors may be float16, bfloat16, float32, float64, int8, uint8, "
                         "int16, int32, int64"),

@@ -139,13 +139,19 @@ def call(spec: str, arguments: dict[str, Any]) -> Operator:
 
 STAGE_KINDS = {"ExternOp": "a te.extern", "ScanOp": "a te.scan"}
 """How a stage that is not a ``te.compute`` is named in the refusal."""
+MAX_ITERATIONS = 2**30 - 1
+"""A stage's axis at most: TVM's loop unroller (``tirx.UnrollLoop``) counts a serial loop's
+steps in 32 bits, and a loop of 2^30 to 2^31 - 1 iterations (the unscheduled nest a reference
+is computed from, a tile's loop over a whole axis) overflows that count and is written out
+whole, the compiler's memory growing until the machine's is gone."""
 
 
 def _check_stages(spec: str, op: Operator) -> None:
     """Every stage the output is computed from is a ``te.compute`` or one of the inputs: a
     stage of hand-written loops (``te.extern``: TOPI's sort, top-k and cumsum) has no loop nest
     to derive a space from, a placeholder missing from the inputs is an argument the kernel
-    would not take, and a reduction's ``where`` condition is lost on the way to TIR."""
+    would not take, a reduction's ``where`` condition is lost on the way to TIR, and an axis
+    past ``MAX_ITERATIONS`` would exhaust the compiler's memory."""
     from tvm import te, tirx
 
     inputs = {t.op for t in op.inputs}
@@ -160,6 +166,12 @@ def _check_stages(spec: str, op: Operator) -> None:
                 raise ValueError(f"operator {spec}: it reads {stage.name}, a te.placeholder that is not among its "
                                  f"inputs ({', '.join(t.op.name for t in op.inputs)}): list it in inputs")
         elif isinstance(stage, te.ComputeOp):
+            for axis in [*stage.axis, *stage.reduce_axis]:
+                extent = axis.dom.extent
+                if isinstance(extent, tirx.IntImm) and extent.value > MAX_ITERATIONS:
+                    raise ValueError(f"operator {spec}: axis {axis.var.name} of stage {stage.name} has "
+                                     f"{extent.value:,} iterations; at most {MAX_ITERATIONS:,} (2^30 - 1), where "
+                                     "TVM's loop unroller overflows and compiles without bound")
             if any(isinstance(value, tirx.Reduce) and not _always(value.condition) for value in stage.body):
                 raise ValueError(f"operator {spec}: stage {stage.name} reduces under a condition (where=...), which "
                                  "TVM's te.create_prim_func drops, so its kernels would reduce every term: put the "
