@@ -441,6 +441,25 @@ def test_bad_workload_shapes_are_clear_errors():
         workloads.make("conv2d", in_channels=1, height=2, width=2, out_channels=1, kernel_h=5)
 
 
+@pytest.mark.parametrize("family, shape", [
+    ("matmul", {"n": 150000, "k": 150000, "m": 150000}),
+    ("batch_matmul", {"batch": 3, "n": 20000, "k": 10000, "m": 10000, "layout": "TN"}),
+    ("conv2d", {"batch": 32, "in_channels": 256, "height": 400, "width": 300, "out_channels": 512, "kernel_h": 3,
+                "kernel_w": 5, "stride": 2, "padding": 2})])
+def test_a_shape_whose_tensors_take_more_than_4_gib_is_refused_before_anything_is_allocated(family, shape):
+    """Every trial of a custom shape allocates its tensors (on the host and the device) and
+    computes its reference over them: ``nni-opevo spaces --family matmul --shape n=150000 ...``
+    wrote an experiment whose every trial would have asked for 251.5 GiB. The family's shape is
+    bounded as an operator's is, by the bytes its template's tensors take."""
+    with pytest.raises(ValueError) as refused:
+        workloads.make(family, **shape)
+    signature = measure.signature(workloads.Workload("huge", family, {"batch": 1, "layout": "NN", "stride": 1,
+                                                                      "padding": 0, **shape}))
+    taken = sum(math.prod(s) * np.dtype(d).itemsize for s, d in [*signature.inputs, signature.output])
+    assert taken > workloads.MAX_BYTES
+    assert str(refused.value) == f"workload {family}: its inputs and output take {taken / 2**30:.1f} GiB; at most 4 GiB"
+
+
 def test_target_auto_is_the_gpu_when_visible_else_the_cpu():
     gpu = targets.cuda()
     assert targets.resolve("auto") == (gpu if gpu.has_device else CPU)

@@ -16,6 +16,9 @@ SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 """What a workload's (or a network's) name may be: it becomes a file name and a word of the trial
 command, so no path separators, no leading dot, nothing a shell reads."""
 GEMM_LAYOUTS = ("NN", "TN", "NT")
+MAX_BYTES = 4 << 30
+"""A workload's inputs and output together at most: a trial allocates them on the host and the
+device, and computes its reference over them."""
 
 
 @dataclass(frozen=True)
@@ -72,10 +75,25 @@ def make(family: str, name: str | None = None, **shape: Any) -> Workload:
         out_h, out_w = conv2d_output_hw(shape)
         if out_h < 1 or out_w < 1:
             raise ValueError(f"workload conv2d: the kernel does not fit the padded input ({out_h}x{out_w} output)")
+    size = _float32_bytes(family, shape)
+    if size > MAX_BYTES:
+        raise ValueError(f"workload {family}: its inputs and output take {size / 2**30:.1f} GiB; at most "
+                         f"{MAX_BYTES / 2**30:.0f} GiB")
     if name is None:
         name = f"{family}_" + "_".join(f"{k}{v}" for k, v in shape.items())
     check_name("workload", name)
     return Workload(name, family, dict(shape))
+
+
+def _float32_bytes(family: str, shape: dict[str, Any]) -> int:
+    """The bytes of a built-in family's float32 inputs and output (the templates' ``compute``)."""
+    if family in ("matmul", "batch_matmul"):
+        n, m, k = shape["n"], shape["m"], shape["k"]
+        return 4 * shape["batch"] * (n * k + k * m + n * m)
+    out_h, out_w = conv2d_output_hw(shape)
+    images = shape["batch"] * shape["in_channels"] * shape["height"] * shape["width"]
+    weights = shape["out_channels"] * shape["in_channels"] * shape["kernel_h"] * shape["kernel_w"]
+    return 4 * (images + weights + shape["batch"] * shape["out_channels"] * out_h * out_w)
 
 
 def _operator(name: str | None, shape: dict[str, Any]) -> Workload:

@@ -59,7 +59,7 @@ import numpy as np
 from ..indices import reads_memory
 from ..precision import itemsize, numpy_dtype, stage_types
 from ..targets import Target, import_tvm, registers_per_thread
-from ..workloads import Workload
+from ..workloads import MAX_BYTES, Workload
 from . import totals
 from .base import (
     REDUCE,
@@ -100,8 +100,6 @@ element by element, the copy of a dense layer's 768 x 768 weights held the layer
 to 144 GFLOPS, in tiles 195 (docs/results/operators: OpEvo's best of 64 trials)."""
 MAX_AXES = 8
 """Axes of the main stage at most: ``order`` permutes them all (8! = 40,320 orders)."""
-MAX_BYTES = 4 << 30
-"""The inputs and output together at most: a trial allocates them on the host and the device."""
 MAX_ROWS_PER_THREAD = 16
 """A normalization's rows one GPU thread reduces: their running values stay in registers."""
 REGISTER_OVERHEAD = 40
