@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -308,6 +309,32 @@ def test_run_timeout_kills_a_kernel_that_runs_too_long():
     workload = workloads.lookup("MM_small")
     result = evaluate(workload, feasible(workload, CPU), CPU, Limits(run_timeout=3, min_repeat_ms=60_000))
     assert result.status is Status.RUN_TIMEOUT and result.build_s is not None
+
+
+@pytest.mark.usefixtures("forked_workers")
+def test_a_reference_that_computes_past_the_run_limit_ends_the_trial_naming_it(operator_module):
+    """The expected outputs are computed after the build (or read from the cache an earlier
+    trial filled): an operator without a reference has TVM's unscheduled loop nest compute
+    them, which a large shape keeps at it for minutes. That phase has the run limit, and a trial
+    past it is RUN_TIMEOUT saying what ran over, where it ran on to the device's wait limit
+    (330 s) and was called DEVICE_BUSY ("the device stayed busy")."""
+    make = operator_module("slow_reference", """
+        import time
+        from tvm import te
+        from trial_code.operators import Operator
+        def doubled(n=64):
+            x = te.placeholder((n,), "float32", name="X")
+            def reference(x):
+                time.sleep(600)
+                return 2 * x
+            return Operator([x], te.compute((n,), lambda i: x[i] * 2, name="Y"), flops=n, reference=reference)
+    """)
+    workload = make("doubled")
+    started = time.monotonic()
+    result = evaluate(workload, feasible(workload, CPU), CPU, Limits(run_timeout=2))
+    assert result.status is Status.RUN_TIMEOUT and result.build_s is not None
+    assert result.error.startswith("computing the reference the kernel is checked against took past the 2 s limit")
+    assert time.monotonic() - started < 60
 
 
 @pytest.mark.usefixtures("forked_workers")

@@ -141,6 +141,11 @@ def _verdict(workload: Workload, limits: Limits, events: list[dict[str, Any]], r
     if timed_out:
         if "measuring" in phases:
             return Result(Status.RUN_TIMEOUT, build_s=build_s, error=f"killed after the {limits.run_timeout:g} s limit")
+        if "preparing" in phases and "prepared" not in phases:
+            return Result(Status.RUN_TIMEOUT, build_s=build_s, error=(
+                f"computing the reference the kernel is checked against took past the {limits.run_timeout:g} s "
+                "limit (an operator without a reference runs TVM's unscheduled loop nest for it: give it a "
+                "NumPy reference, or a smaller shape)"))
         if "built" in phases or ("waiting" in phases and "locked" not in phases):
             return Result(Status.DEVICE_BUSY, build_s=build_s,
                           error=f"the device stayed busy for {limits.lock_wait:g} s (and the worker did not say so)")
@@ -214,13 +219,15 @@ def _follow_worker(process: subprocess.Popen | forked.Forked, job: dict[str, Any
                 event = json.loads(line)
                 event["at"] = time.monotonic()
                 events.append(event)
-                # Each phase has its own limit from when it starts: building, waiting for the
-                # device (a margin past the worker's own lock timeout, which starts again at each
-                # turn of another holder; on the CPU before the build, see ``worker.run``), measuring.
+                # Each phase has its own limit from when it starts: building, computing the
+                # inputs and reference (the run limit), waiting for the device (a margin past the
+                # worker's own lock timeout, which starts again at each turn of another holder; on
+                # the CPU before the build, see ``worker.run``), measuring.
                 waiting = time.monotonic() + limits.lock_wait + LOCK_MARGIN_S
+                running = time.monotonic() + limits.run_timeout
                 deadline = {"waiting": waiting, "locked": time.monotonic() + limits.build_timeout,
-                            "built": waiting, "turn": waiting, "measuring": time.monotonic() + limits.run_timeout,
-                            }.get(event["event"], deadline)
+                            "built": waiting, "preparing": running, "prepared": waiting, "turn": waiting,
+                            "measuring": running}.get(event["event"], deadline)
     except BaseException:
         _kill(process, grace=0)  # interrupted (SIGINT, an error of ours): the worker goes with us
         raise

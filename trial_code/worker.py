@@ -139,7 +139,9 @@ def build_and_measure(job: dict[str, Any], holding: bool) -> None:
         return emit("done", status="NO_ERROR", latency_s=None, repeats_s=[])
     from . import measure
 
-    prepared = measure.prepare(workload, job["seed"])  # before the wait: the lock is for the device only
+    emit("preparing")  # the inputs and the reference, before the wait: the lock is for the device only
+    prepared = measure.prepare(workload, job["seed"])
+    emit("prepared")
     if holding:
         emit("measuring")
         return measured(workload, executable, target, job, prepared)
