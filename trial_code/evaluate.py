@@ -70,11 +70,12 @@ class Limits:
     @property
     def lock_wait(self) -> float:
         """The wait behind one holder of the device: ``lock_timeout``, else ``LOCK_WAITS`` x
-        ``run_timeout`` plus ``build_timeout``. A holder keeps the lock for at most its own run
-        timeout, and on the CPU its build too (its watcher kills it with its trial, and the OS frees
-        a dead holder's lock at once), so only a holder past any trial's limits (another user's
-        job, a stuck process) outlasts it; a queue of trials in flight does not, as the wait starts
-        again at each turn (``device_lock.exclusive``)."""
+        ``run_timeout`` plus ``build_timeout``. A holder keeps the lock for at most two of its run
+        timeouts (computing the reference, then measuring), and on the CPU its build too (its
+        watcher kills it with its trial, and the OS frees a dead holder's lock at once), so only a
+        holder past any trial's limits (another user's job, a stuck process) outlasts it; a queue
+        of trials in flight does not, as the wait starts again at each turn
+        (``device_lock.exclusive``)."""
         if self.lock_timeout is not None:
             return self.lock_timeout
         return LOCK_WAITS * self.run_timeout + self.build_timeout
