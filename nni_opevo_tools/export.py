@@ -203,15 +203,21 @@ MAX_TOP_K = 1000
 """Configurations re-measured at most: each takes a build and ``repeat`` timings."""
 
 
+def add_remeasure_options(parser: argparse.ArgumentParser) -> None:
+    """``--top-k``, ``--repeat`` and ``--min-repeat-ms``: how the top configurations are
+    re-measured (``Options``), by ``export`` and at the end of ``launch``."""
+    add_number(parser, "--top-k", int, 1, MAX_TOP_K, "configurations to re-measure", default=Options.top_k)
+    add_number(parser, "--repeat", int, 1, MAX_REPEAT, "timed repeats per configuration", default=Options.repeat)
+    add_number(parser, "--min-repeat-ms", int, 0, MAX_REPEAT_MS, "each repeat lasts at least this long",
+               default=Options.min_repeat_ms)
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("experiment", help="experiment id or folder")
     parser.add_argument("--root", default="~/nni-experiments", help="where NNI keeps experiments (default %(default)s)")
     parser.add_argument("--out", help="output folder (default: <experiment folder>/export)")
-    add_number(parser, "--top-k", int, 1, MAX_TOP_K, "configurations to re-measure", default=Options.top_k)
-    add_number(parser, "--repeat", int, 1, MAX_REPEAT, "timed repeats per configuration", default=Options.repeat)
-    add_number(parser, "--min-repeat-ms", int, 0, MAX_REPEAT_MS, "each repeat lasts at least this long",
-               default=Options.min_repeat_ms)
+    add_remeasure_options(parser)
     parser.add_argument("--target", help="override the trial command's target (auto, cpu, cuda)")
     parser.add_argument("--force", action="store_true", help="replace an earlier export in the output folder")
     return parser.parse_args(argv)

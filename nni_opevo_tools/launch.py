@@ -233,8 +233,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="where generated spaces and configs go (default: the current folder)")
     add_number(parser, "--port", int, 1, 65535, "the web UI's port", default=8080)
     add_number(parser, "--every", float, 0.1, 3600, "seconds between progress lines", default=10.0)
-    add_number(parser, "--top-k", int, 1, export.MAX_TOP_K, "configurations re-measured at the end",
-               default=export.Options.top_k)
+    export.add_remeasure_options(parser)  # the winner's re-measurement at the end
     args = parser.parse_args(argv)
     if sum(x is not None for x in (args.config, args.workload, args.operator)) > 1:
         parser.error("give one of --config, --workload and --operator")
@@ -271,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
                          f"logs: {folder}/log; `{stop_command(experiment_id)}` closes the web UI")
     print(f"re-measuring the top {args.top_k} configurations:", flush=True)
     try:
-        best = export.export(folder, export.Options(top_k=args.top_k))
+        best = export.export(folder, export.Options(args.top_k, args.repeat, args.min_repeat_ms))
     except (ValueError, OSError, FolderBusy) as e:
         raise SystemExit(f"the experiment ended, but its best kernel could not be exported: {e}") from None
     print(best.headline())

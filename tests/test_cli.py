@@ -90,17 +90,26 @@ def test_debug_shows_the_traceback(tmp_path):
 
 
 def _option_calls():
-    """(command, module source file, the ast.Call) of every add_argument / add_number of every command."""
+    """(command, module source file, the ast.Call) of every add_argument / add_number of every
+    command, those of the commands' functions it calls to add options (``add_..._options``,
+    such as export's re-measurement options, which launch adds too) included."""
     import ast
     import importlib.util
 
+    def called(node: ast.AST) -> str:
+        return getattr(node.func, "attr", getattr(node.func, "id", "")) if isinstance(node, ast.Call) else ""
+
     modules = {name: module for name, (module, _) in commands().items() if name != "docs"}
-    for name, module in modules.items():
-        path = importlib.util.find_spec(module).origin
-        for node in ast.walk(ast.parse(open(path).read())):
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
-                    "add_argument", "add_number"):
-                yield name, path, node
+    trees = {name: (path, ast.parse(open(path).read())) for name, path in
+             ((name, importlib.util.find_spec(module).origin) for name, module in modules.items())}
+    adders = {node.name: (path, node) for path, tree in trees.values() for node in ast.walk(tree)
+              if isinstance(node, ast.FunctionDef) and node.name.startswith("add_") and node.name.endswith("_options")}
+    for name, (path, tree) in trees.items():
+        scopes = [(path, tree)] + [adders[called(node)] for node in ast.walk(tree) if called(node) in adders]
+        for where, scope in scopes:
+            for node in ast.walk(scope):
+                if called(node) in ("add_argument", "add_number"):
+                    yield name, where, node
 
 
 def _numeric_flags():

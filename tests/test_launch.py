@@ -167,7 +167,8 @@ def test_launch_starts_again_an_experiment_that_missed_nnis_start_up_deadlines(t
     config["tuner"]["className"] = "slow_to_connect.SlowToConnect"
     config_path.write_text(yaml.safe_dump({**config, "maxTrialNumber": 2}))
     out = subprocess.run([*CLI, "launch", "--config", str(config_path), "--port", str(free_port()), "--every", "1",
-                          "--top-k", "1"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                          "--top-k", "1", "--repeat", "3", "--min-repeat-ms", "10"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)
     started = launched_ids(out.stdout)
     try:
         assert out.returncode == 0, out.stdout + out.stderr

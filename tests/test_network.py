@@ -253,8 +253,8 @@ def test_a_network_experiment_under_nnictl_ends_with_its_end_to_end_latency(tmp_
     from nni_experiment import free_port, launched_id, stop_in_background
 
     out = subprocess.run([sys.executable, "-m", "nni_opevo_tools.launch", "--config", str(config_path), "--port",
-                          str(free_port()), "--every", "2", "--top-k", "1"], env=env, cwd=ROOT, capture_output=True,
-                         text=True, timeout=900)
+                          str(free_port()), "--every", "2", "--top-k", "1", "--repeat", "3", "--min-repeat-ms", "10"],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     experiment = launched_id(out.stdout)
     try:
         assert out.returncode == 0, out.stdout + out.stderr
