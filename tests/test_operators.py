@@ -994,7 +994,7 @@ def test_an_operator_workload_travels_in_the_trial_command_and_back():
 
 
 # -- every example end to end under nnictl ---------------------------------------------------------------
-@pytest.mark.slow(seconds=190)
+@pytest.mark.slow(seconds=130)
 def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
     """``nni-opevo launch --operator myops:NAME --shape ... --target cpu`` for each example, from a
     folder holding only the operators' module (as docs/your-operator.md does it), two at a time:
