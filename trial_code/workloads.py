@@ -75,14 +75,18 @@ def make(family: str, name: str | None = None, **shape: Any) -> Workload:
         out_h, out_w = conv2d_output_hw(shape)
         if out_h < 1 or out_w < 1:
             raise ValueError(f"workload conv2d: the kernel does not fit the padded input ({out_h}x{out_w} output)")
-    size = _float32_bytes(family, shape)
-    if size > MAX_BYTES:
-        raise ValueError(f"workload {family}: its inputs and output take {size / 2**30:.1f} GiB; at most "
-                         f"{MAX_BYTES / 2**30:.0f} GiB")
+    check_bytes(f"workload {family}", _float32_bytes(family, shape))
     if name is None:
         name = f"{family}_" + "_".join(f"{k}{v}" for k, v in shape.items())
     check_name("workload", name)
     return Workload(name, family, dict(shape))
+
+
+def check_bytes(what: str, size: int) -> None:
+    """ValueError naming ``what`` when its inputs and output take ``size`` bytes, past ``MAX_BYTES``."""
+    if size > MAX_BYTES:
+        raise ValueError(f"{what}: its inputs and output take {size / 2**30:.1f} GiB; at most "
+                         f"{MAX_BYTES / 2**30:.0f} GiB")
 
 
 def _float32_bytes(family: str, shape: dict[str, Any]) -> int:

@@ -59,7 +59,7 @@ import numpy as np
 from ..indices import reads_memory
 from ..precision import itemsize, numpy_dtype, stage_types
 from ..targets import Target, import_tvm, registers_per_thread
-from ..workloads import MAX_BYTES, Workload
+from ..workloads import Workload, check_bytes
 from . import totals
 from .base import (
     REDUCE,
@@ -432,9 +432,7 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     op = _operator(spec, dict(key))
     tensors = [*op.inputs, op.output]
     size = sum(itemsize(str(t.dtype)) * math.prod(int(d) for d in t.shape) for t in tensors)
-    if size > MAX_BYTES:
-        raise ValueError(f"operator {spec}: its inputs and output take {size / 2**30:.1f} GiB; at most "
-                         f"{MAX_BYTES / 2**30:.0f} GiB")
+    check_bytes(f"operator {spec}", size)
     try:
         function = te.create_prim_func(tensors)
     except Exception as e:
