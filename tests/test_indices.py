@@ -189,18 +189,22 @@ def test_a_gathered_tensor_is_read_from_global_memory_and_its_index_staged_in_sh
 def test_a_loaded_gather_refuses_a_position_outside_its_tensor(indexed, tmp_path):
     """The exported library, loaded as a program loads it, gathers the rows it is given and
     refuses, in one line naming the input and its positions, an index past the table, where the
-    kernel would read the memory beyond it."""
+    kernel would read the memory beyond it: given as NumPy arrays or as tensors it reads in place."""
+    from trial_code.kernel import tvm
+
     workload = indexed("embedding")
     loaded = exported(workload, CPU, str(tmp_path / "k.so"))
     rng = np.random.default_rng(0)
     table = rng.random((1000, 32), dtype=np.float32)
     ids = rng.integers(0, 1000, 64)
     np.testing.assert_array_equal(loaded(ids, table), table[ids] * 2)
+    np.testing.assert_array_equal(loaded(tvm.runtime.tensor(ids.astype(np.int32)), table).numpy(), table[ids] * 2)
     for wrong in (-1, 1000):
         ids[7] = wrong
-        with pytest.raises(ValueError, match=f"^{workload.name}: input ids holds {wrong}, outside 0..999, the "
-                                             "positions of table's axis 0 it indexes$"):
-            loaded(ids, table)
+        for given in (ids, tvm.runtime.tensor(ids.astype(np.int32))):
+            with pytest.raises(ValueError, match=f"^{workload.name}: input ids holds {wrong}, outside 0..999, the "
+                                                 "positions of table's axis 0 it indexes$"):
+                loaded(given, table)
 
 
 def test_a_range_check_names_the_first_value_outside_as_given():

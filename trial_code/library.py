@@ -2,7 +2,8 @@
 
     from trial_code import library, workloads
     matmul = library.load("export/best.so", workloads.lookup("MM_small"), "cpu")
-    c = matmul(a, b)          # NumPy arrays in the workload's layout and types; the product comes back
+    c = matmul(a, b)          # NumPy arrays in the workload's shapes; the product comes back
+    matmul(x, y, out=z)       # PyTorch (or any DLPack) tensors on the kernel's device, used in place
 
 ``nni-opevo export`` (and the launcher) write the winner as ``best.so`` next to ``best.json``
 (``executable.export_library``: the host code and, for CUDA, the device module in one file);
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +29,28 @@ from .kernel import tvm  # through kernel: TVM's CPU threads sized to this proce
 from .measure import Signature, signature
 from .workloads import Workload
 
+_CPU, _CUDA = 1, 2
+"""DLPack's device types (``DLDeviceType``) of the kernels' devices."""
+
+ALIGNMENT = 64
+"""Bytes a tensor passed without a copy must be aligned to, as ``tvm.runtime.from_dlpack``
+requires: TVM declares its kernels' buffers so aligned and its CPU code reads them with aligned
+vector loads, so a misaligned one kills the process instead of raising."""
+
+
+def _is_tensor(given: Any) -> bool:
+    """Whether ``given`` is another library's tensor (PyTorch, CuPy, TVM...), which a kernel reads
+    and writes in place through DLPack, rather than what NumPy takes."""
+    return hasattr(given, "__dlpack_device__") and not isinstance(given, np.ndarray)
+
+
+def _library_result(like: Any, result: Any) -> Any:
+    """``result`` (a TVM tensor) as a tensor of ``like``'s library, through the ``from_dlpack``
+    its top module offers (``torch.from_dlpack``, ``cupy.from_dlpack``), or as is without one."""
+    module = sys.modules.get(type(like).__module__.partition(".")[0])
+    convert = getattr(module, "from_dlpack", None)
+    return result if convert is None else convert(result)
+
 
 @dataclass
 class Kernel:
@@ -35,36 +59,136 @@ class Kernel:
     device: Any
     signature: Signature
 
-    def __call__(self, *inputs: np.ndarray) -> np.ndarray:
-        """The workload's output for ``inputs`` (the workload's shapes, converted to its types), as a new array."""
-        arguments = self._arguments(inputs)
-        self.function(*arguments)
+    def __call__(self, *inputs: Any, out: Any = None) -> Any:
+        """The workload's output for ``inputs``, in the workload's shapes.
+
+        NumPy arrays (or what NumPy takes) are converted to the workload's types and copied where
+        the kernel cannot read them as they are (on a GPU, or not contiguous, aligned and of the
+        type); the result is a new NumPy array, or ``out``. Tensors of a library that speaks
+        DLPack (PyTorch, CuPy, TVM) are read and written in place: each must be on the kernel's
+        device, of the workload's type, contiguous and ``ALIGNMENT``-byte aligned; the result is
+        a new tensor of the first one's library, or ``out`` (then a tensor too), and on a GPU the
+        kernel runs on that library's current stream without the host waiting for it."""
+        tensors = any(_is_tensor(x) for x in (*inputs, out))
+        arguments, views = self._inputs(inputs)
+        written, in_place = self._output(out, tensors, views)
+        self.function(*arguments, out if tensors and out is not None else written)
+        if tensors:
+            return out if out is not None else _library_result(next(x for x in inputs if _is_tensor(x)), written)
         self.device.sync()
-        return arguments[-1].numpy()
+        if out is None:
+            return np.from_dlpack(written) if self._on_cpu else written.numpy()
+        if not in_place:
+            out[...] = written.numpy()
+        return out
 
     def caller(self, *inputs: np.ndarray) -> Callable[[], Any]:
-        """A call of the kernel on device copies of ``inputs`` made once, for timing it
-        (``anchor.compare``); ``self.device.sync`` waits for it."""
-        arguments = self._arguments(inputs)
-        return lambda: self.function(*arguments)
+        """A call of the kernel on ``inputs`` made ready once, for timing it (``anchor.compare``);
+        ``self.device.sync`` waits for it."""
+        arguments, _ = self._inputs(inputs)
+        written, _ = self._output(None, False, [])
+        return lambda: self.function(*arguments, written)
 
-    def _arguments(self, inputs: tuple[np.ndarray, ...]) -> list[Any]:
-        expected = self.signature.inputs
-        if len(inputs) != len(expected):
-            raise ValueError(f"{self.workload.name} takes {len(expected)} arrays, got {len(inputs)}")
-        for position, (given, (shape, _), positions) in enumerate(zip(inputs, expected, self.signature.ranges)):
-            if tuple(np.shape(given)) != shape:
-                raise ValueError(f"input {position} of {self.workload.name} must have shape {shape}, "
-                                 f"got {tuple(np.shape(given))}")
-            for part in positions:  # an index outside its tensor would read memory beyond it, not raise
-                try:
-                    part.check(np.asarray(given))
-                except ValueError as e:
-                    raise ValueError(f"{self.workload.name}: {e}") from None
-        arguments = [tvm.runtime.tensor(np.ascontiguousarray(x, dtype=dtype), self.device)
-                     for x, (_, dtype) in zip(inputs, expected)]
+    @property
+    def _on_cpu(self) -> bool:
+        return self.device.dlpack_device_type() == _CPU
+
+    def _inputs(self, inputs: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
+        """The arguments the kernel is called with for ``inputs``, and each one's TVM tensor."""
+        if len(inputs) != len(self.signature.inputs):
+            raise ValueError(f"{self.workload.name} takes {len(self.signature.inputs)} arrays, got {len(inputs)}")
+        arguments, views = [], []
+        for position, given in enumerate(inputs):
+            argument, view = self._input(position, given)
+            arguments.append(argument)
+            views.append(view)
+        return arguments, views
+
+    def _input(self, position: int, given: Any) -> tuple[Any, Any]:
+        """Input ``position`` as the kernel takes it (a tensor as given, for its library's stream;
+        a NumPy array as a TVM tensor), and its TVM tensor, after its shape and, for an input
+        that indexes a tensor, its values are checked (an index outside its tensor would read
+        memory beyond it, not raise)."""
+        shape, dtype = self.signature.inputs[position]
+        what = f"input {position} of {self.workload.name}"
+        if tuple(np.shape(given)) != shape:
+            raise ValueError(f"{what} must have shape {shape}, got {tuple(np.shape(given))}")
+        ranges = self.signature.ranges[position]
+        if _is_tensor(given):
+            view = self._view(what, given, dtype)
+            host = np.from_dlpack(given, device="cpu") if ranges else None
+        else:
+            host = np.asarray(given)
+        for part in ranges:
+            try:
+                part.check(host)
+            except ValueError as e:
+                raise ValueError(f"{self.workload.name}: {e}") from None
+        if _is_tensor(given):
+            return given, view
+        if self._on_cpu and _in_place(host, dtype):
+            view = tvm.runtime.from_dlpack(host)
+        else:
+            view = tvm.runtime.tensor(np.ascontiguousarray(host, dtype=dtype), self.device)
+        return view, view
+
+    def _view(self, what: str, given: Any, dtype: np.dtype) -> Any:
+        """The TVM tensor over ``given``'s memory, or a ValueError naming the rule it breaks."""
+        kind, index = (int(v) for v in given.__dlpack_device__())
+        if (kind, index) != (self.device.dlpack_device_type(), self.device.index):
+            where = tvm.runtime.Device(kind, index) if kind in (_CPU, _CUDA) else f"DLPack device {kind}:{index}"
+            raise ValueError(f"{what} is on {where}, the kernel runs on {self.device}")
+        try:
+            view = tvm.runtime.from_dlpack(given)
+        except (BufferError, RuntimeError, TypeError, ValueError) as e:
+            raise ValueError(f"{what} must be contiguous and start at a multiple of {ALIGNMENT} bytes to be "
+                             f"read in place ({str(e).strip()}): pass a copy") from None
+        if str(view.dtype) != str(dtype):
+            raise ValueError(f"{what} must be {dtype}, got {view.dtype}")
+        return view
+
+    def _output(self, out: Any, tensors: bool, views: list[Any]) -> tuple[Any, bool]:
+        """The TVM tensor the kernel writes, and whether it is ``out``'s memory (else a new
+        tensor, copied into ``out`` after the call), after ``out`` is checked. A NumPy ``out``
+        that is also an input is written after the call, as NumPy's own ``out`` is; a tensor
+        ``out`` that shares memory with an input is refused, since it is written in place."""
         shape, dtype = self.signature.output
-        return arguments + [tvm.runtime.empty(shape, str(dtype), self.device)]
+        what = f"out of {self.workload.name}"
+        new = tvm.runtime.empty(shape, str(dtype), self.device)
+        if out is None:
+            return new, False
+        if tuple(np.shape(out)) != shape:
+            raise ValueError(f"{what} must have shape {shape}, got {tuple(np.shape(out))}")
+        if tensors != _is_tensor(out):
+            raise ValueError(f"{what} must be a tensor where an input is one, and a NumPy array where they are "
+                             f"NumPy arrays, got {type(out).__name__}")
+        if not tensors and (not isinstance(out, np.ndarray) or out.dtype != dtype or not out.flags.writeable):
+            raise ValueError(f"{what} must be a writable NumPy array of {dtype}")
+        if not tensors and not (self._on_cpu and _in_place(out, dtype)):
+            return new, False
+        written = self._view(what, out, dtype) if tensors else tvm.runtime.from_dlpack(out)
+        shared = next((position for position, view in enumerate(views) if _overlap(written, view)), None)
+        if shared is None:
+            return written, True
+        if not tensors:
+            return new, False
+        raise ValueError(f"{what} shares memory with input {shared}: the kernel would overwrite what it still reads")
+
+
+def _in_place(array: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether the kernel can read and write ``array``'s memory as it is (DLPack cannot pass a
+    read-only array)."""
+    return (array.dtype == dtype and array.flags.c_contiguous and array.flags.writeable
+            and array.ctypes.data % ALIGNMENT == 0)
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    """Whether TVM tensors ``a`` and ``b`` share memory on one device."""
+    def span(t: Any) -> tuple[int, int]:
+        return t.data_ptr(), t.data_ptr() + t.numel() * np.dtype(str(t.dtype)).itemsize
+
+    (a_start, a_end), (b_start, b_end) = span(a), span(b)
+    return a.device == b.device and a_start < b_end and b_start < a_end
 
 
 def check_library(path: str) -> None:

@@ -1,0 +1,128 @@
+"""A tuned kernel called as a program calls it (``trial_code.library.Kernel``): on NumPy arrays,
+copied where the kernel cannot read them as they are, and on another library's tensors, read
+and written in place or refused in one line naming the input and the rule."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from feasible import exported
+
+from trial_code import library, targets, workloads
+from trial_code.kernel import tvm
+
+CPU = targets.cpu()
+
+
+@pytest.fixture(scope="module")
+def matmul(tmp_path_factory: pytest.TempPathFactory) -> library.Kernel:
+    return exported(workloads.lookup("MM_small"), CPU, str(tmp_path_factory.mktemp("lib") / "k.so"))
+
+
+def _aligned(array: np.ndarray) -> np.ndarray:
+    """A copy of ``array`` at an address the kernel can read in place (a multiple of 64 bytes)."""
+    copy = np.from_dlpack(tvm.runtime.empty(array.shape, str(array.dtype), tvm.cpu(0)))
+    copy[...] = array
+    return copy
+
+
+def _misaligned(array: np.ndarray) -> np.ndarray:
+    """A copy of ``array`` 4 bytes past a multiple of 64."""
+    space = np.empty(array.nbytes + 128, np.uint8)
+    start = (-space.ctypes.data) % 64 + 4
+    copy = space[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy[...] = array
+    return copy
+
+
+@pytest.fixture(scope="module")
+def operands() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
+    return a, b, a.astype(np.float64) @ b
+
+
+class _OnTheGpu:
+    """What a GPU tensor of the MatMul's shape shows before it is read."""
+
+    shape = (256, 256)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return 2, 0  # kDLCUDA, device 0
+
+
+def _close(got: np.ndarray, expected: np.ndarray) -> None:
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
+
+
+def test_numpy_arrays_of_any_layout_and_type_give_the_product(matmul, operands):
+    """Aligned, misaligned, strided, float64 and list inputs give one answer, a new float32 array;
+    ``out`` receives it however it is laid out, and may be an input, as NumPy's own ``out``."""
+    a, b, product = operands
+    for left in (a, _aligned(a), _misaligned(a), np.asfortranarray(a), a.astype(np.float64), a.tolist()):
+        got = matmul(left, b)
+        assert isinstance(got, np.ndarray) and got.dtype == np.float32
+        _close(got, product)
+    for out in (np.empty((256, 256), np.float32), _aligned(np.zeros((256, 256), np.float32)),
+                _misaligned(np.zeros((256, 256), np.float32)), np.empty((256, 257), np.float32)[:, :256]):
+        assert matmul(a, b, out=out) is out
+        _close(out, product)
+    left = _aligned(a)
+    assert matmul(left, _aligned(b), out=left) is left
+    _close(left, product)
+
+
+def test_tensors_of_another_library_are_read_and_written_in_place(matmul, operands):
+    """TVM tensors in give a TVM tensor out; ``out`` is written where it lies and returned."""
+    a, b, product = operands
+    left, right = tvm.runtime.tensor(a), tvm.runtime.tensor(b)
+    got = matmul(left, right)
+    assert isinstance(got, tvm.runtime.Tensor)
+    _close(got.numpy(), product)
+    out = tvm.runtime.empty((256, 256), "float32", tvm.cpu(0))
+    assert matmul(left, b, out=out) is out  # a NumPy input beside a tensor is copied
+    _close(out.numpy(), product)
+    assert matmul(a, b, out=out) is out
+
+
+def test_pytorch_tensors_give_a_pytorch_tensor_sharing_out(matmul, operands):
+    torch = pytest.importorskip("torch")
+    a, b, product = operands
+    got = matmul(torch.from_numpy(a.copy()), torch.from_numpy(b.copy()))
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+    _close(got.numpy(), product)
+    out = torch.zeros(256, 256)
+    assert matmul(torch.from_numpy(a.copy()), torch.from_numpy(b.copy()), out=out) is out
+    _close(out.numpy(), product)
+    with pytest.raises(ValueError, match="^input 0 of MM_small must be contiguous and start at a multiple of 64 bytes"):
+        matmul(torch.from_numpy(a.copy()).T, torch.from_numpy(b.copy()))
+
+
+def test_a_tensor_the_kernel_cannot_use_in_place_is_one_value_error_naming_it_and_the_rule(matmul, operands):
+    """Where a tensor read in place would be read wrongly (strided), kill the process (TVM's CPU
+    code reads with aligned vector loads) or be overwritten while read, nothing runs."""
+    import tvm_ffi
+
+    a, b, _ = operands
+    right = tvm.runtime.tensor(b)
+    layout = "must be contiguous and start at a multiple of 64 bytes to be read in place"
+    refused = {
+        f"^input 1 of MM_small {layout} \\(.*not aligned to 64 bytes.*\\): pass a copy$":
+            lambda: matmul(a, tvm_ffi.from_dlpack(_misaligned(b))),  # passed as is, it kills the process
+        f"^input 0 of MM_small {layout} \\(.*not contiguous.*\\): pass a copy$":
+            lambda: matmul(tvm_ffi.from_dlpack(_aligned(a).T), right),
+        "^input 0 of MM_small must be float32, got float64$":
+            lambda: matmul(tvm.runtime.tensor(a.astype(np.float64)), right),
+        r"^input 0 of MM_small must have shape \(256, 256\), got \(128, 256\)$":
+            lambda: matmul(tvm.runtime.tensor(a[:128]), right),
+        "^out of MM_small must be a tensor where an input is one, and a NumPy array where they are NumPy arrays, "
+        "got ndarray$": lambda: matmul(a, right, out=np.empty((256, 256), np.float32)),
+        "^out of MM_small must be a writable NumPy array of float32$": lambda: matmul(a, b, out=np.empty((256, 256))),
+        "^out of MM_small shares memory with input 1: the kernel would overwrite what it still reads$":
+            lambda: matmul(a, right, out=right),
+        "^MM_small takes 2 arrays, got 1$": lambda: matmul(right),
+        "^input 0 of MM_small is on cuda:0, the kernel runs on cpu:0$": lambda: matmul(_OnTheGpu(), right),
+    }
+    for message, call in refused.items():
+        with pytest.raises(ValueError, match=message):
+            call()
+    np.testing.assert_array_equal(right.numpy(), b)
