@@ -145,12 +145,17 @@ def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_p
     assert "as one TVM program" in best.headline()
     # The tuned network as one library a program loads: the same output as TVM's own operators.
     from trial_code import library
+    from trial_code.kernel import tvm
 
     assert best.library == "network.so"
     run = library.load_network(str(tmp_path / "out" / "network.so"))
     host, expected = network_graph._reference(tiny, CPU, seed=3)
     assert [a.shape for a in host] == network_graph.input_shapes(tiny)
     np.testing.assert_allclose(run(*host), expected, rtol=1e-3, atol=1e-4)
+    on_device = [tvm.runtime.tensor(np.asarray(a, np.float32)) for a in host]  # weights kept, read in place
+    np.testing.assert_allclose(run(*on_device).numpy(), expected, rtol=1e-3, atol=1e-4)
+    with pytest.raises(ValueError, match="^array 0 of the network must be float32, got float64$"):
+        run(tvm.runtime.tensor(np.asarray(host[0], np.float64)), *on_device[1:])
     written = json.loads((tmp_path / "out" / "network.json").read_text())
     assert written["whole_network_ms"] == best.whole_network_ms and written["latency_ms"] == best.latency_ms
 

@@ -115,7 +115,7 @@ class Kernel:
             raise ValueError(f"{what} must have shape {shape}, got {tuple(np.shape(given))}")
         ranges = self.signature.ranges[position]
         if _is_tensor(given):
-            view = self._view(what, given, dtype)
+            view = _view(what, given, dtype, self.device)
             host = np.from_dlpack(given, device="cpu") if ranges else None
         else:
             host = np.asarray(given)
@@ -126,26 +126,8 @@ class Kernel:
                 raise ValueError(f"{self.workload.name}: {e}") from None
         if _is_tensor(given):
             return given, view
-        if self._on_cpu and _in_place(host, dtype):
-            view = tvm.runtime.from_dlpack(host)
-        else:
-            view = tvm.runtime.tensor(np.ascontiguousarray(host, dtype=dtype), self.device)
+        view = _from_host(host, dtype, self.device)
         return view, view
-
-    def _view(self, what: str, given: Any, dtype: np.dtype) -> Any:
-        """The TVM tensor over ``given``'s memory, or a ValueError naming the rule it breaks."""
-        kind, index = (int(v) for v in given.__dlpack_device__())
-        if (kind, index) != (self.device.dlpack_device_type(), self.device.index):
-            where = tvm.runtime.Device(kind, index) if kind in (_CPU, _CUDA) else f"DLPack device {kind}:{index}"
-            raise ValueError(f"{what} is on {where}, the kernel runs on {self.device}")
-        try:
-            view = tvm.runtime.from_dlpack(given)
-        except (BufferError, RuntimeError, TypeError, ValueError) as e:
-            raise ValueError(f"{what} must be contiguous and start at a multiple of {ALIGNMENT} bytes to be "
-                             f"read in place ({str(e).strip()}): pass a copy") from None
-        if str(view.dtype) != str(dtype):
-            raise ValueError(f"{what} must be {dtype}, got {view.dtype}")
-        return view
 
     def _output(self, out: Any, tensors: bool, views: list[Any]) -> tuple[Any, bool]:
         """The TVM tensor the kernel writes, and whether it is ``out``'s memory (else a new
@@ -166,13 +148,38 @@ class Kernel:
             raise ValueError(f"{what} must be a writable NumPy array of {dtype}")
         if not tensors and not (self._on_cpu and _in_place(out, dtype)):
             return new, False
-        written = self._view(what, out, dtype) if tensors else tvm.runtime.from_dlpack(out)
+        written = _view(what, out, dtype, self.device) if tensors else tvm.runtime.from_dlpack(out)
         shared = next((position for position, view in enumerate(views) if _overlap(written, view)), None)
         if shared is None:
             return written, True
         if not tensors:
             return new, False
         raise ValueError(f"{what} shares memory with input {shared}: the kernel would overwrite what it still reads")
+
+
+def _view(what: str, given: Any, dtype: np.dtype, device: Any) -> Any:
+    """The TVM tensor over ``given``'s memory, a tensor of another library, or a ValueError
+    naming the rule it breaks."""
+    kind, index = (int(v) for v in given.__dlpack_device__())
+    if (kind, index) != (device.dlpack_device_type(), device.index):
+        where = tvm.runtime.Device(kind, index) if kind in (_CPU, _CUDA) else f"DLPack device {kind}:{index}"
+        raise ValueError(f"{what} is on {where}, the kernel runs on {device}")
+    try:
+        view = tvm.runtime.from_dlpack(given)
+    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+        raise ValueError(f"{what} must be contiguous and start at a multiple of {ALIGNMENT} bytes to be "
+                         f"read in place ({str(e).strip()}): pass a copy") from None
+    if str(view.dtype) != str(dtype):
+        raise ValueError(f"{what} must be {dtype}, got {view.dtype}")
+    return view
+
+
+def _from_host(host: np.ndarray, dtype: np.dtype, device: Any) -> Any:
+    """``host`` as a TVM tensor of ``dtype`` on ``device``: its own memory where the kernel can
+    read it as it lies, else a copy."""
+    if device.dlpack_device_type() == _CPU and _in_place(host, dtype):
+        return tvm.runtime.from_dlpack(host)
+    return tvm.runtime.tensor(np.ascontiguousarray(host, dtype=dtype), device)
 
 
 def _in_place(array: np.ndarray, dtype: np.dtype) -> bool:
@@ -225,9 +232,12 @@ def load(path: str, workload: Workload, device: str = "cpu") -> Kernel:
     return Kernel(workload, module["main"], tvm.cuda(0) if device == "cuda" else tvm.cpu(0), signature(workload))
 
 
-def load_network(path: str, device: str = "cpu") -> Callable[..., np.ndarray]:
-    """The whole network of the library at ``path``: a callable on NumPy arrays (the image, then
-    the weights and biases) that returns the network's output."""
+def load_network(path: str, device: str = "cpu") -> Callable[..., Any]:
+    """The whole network of the library at ``path``: a callable on the image, then the weights
+    and biases, that returns the network's output. As a kernel's call: NumPy arrays are
+    converted to float32 and copied where they cannot be read as they lie, and give a NumPy
+    array; tensors of another library are read in place under the same rules, and give a tensor
+    of the first one's library (so weights kept on the device are not copied at every call)."""
     from tvm import relax
 
     if device not in ("cpu", "cuda"):
@@ -235,9 +245,14 @@ def load_network(path: str, device: str = "cpu") -> Callable[..., np.ndarray]:
     where = tvm.cuda(0) if device == "cuda" else tvm.cpu(0)
     check_library(path)
     machine = relax.VirtualMachine(tvm.runtime.load_module(path), where)
+    float32 = np.dtype(np.float32)
 
-    def run(*arrays: np.ndarray) -> np.ndarray:
-        tensors = [tvm.runtime.tensor(np.ascontiguousarray(a, dtype=np.float32), where) for a in arrays]
-        return machine["main"](*tensors).numpy()
+    def run(*arrays: Any) -> Any:
+        tensors = [a for a in arrays if _is_tensor(a)]
+        for position, given in enumerate(arrays):
+            if _is_tensor(given):
+                _view(f"array {position} of the network", given, float32, where)
+        result = machine["main"](*(a if _is_tensor(a) else _from_host(np.asarray(a), float32, where) for a in arrays))
+        return _library_result(tensors[0], result) if tensors else result.numpy()
 
     return run
