@@ -138,7 +138,7 @@ def _shown(hint: Any) -> str:
 
 def load_kernel(folder: str) -> Any:
     """The exported kernel of ``folder`` (where ``export`` wrote best.json and best.so), ready to
-    call on NumPy arrays (``trial_code.library``)."""
+    call on NumPy arrays or tensors (``trial_code.library``)."""
     from trial_code import library
     from trial_code.workloads import Workload
 
@@ -149,9 +149,10 @@ def load_kernel(folder: str) -> Any:
     try:
         workload = Workload.from_json(best.workload)
         device = {"llvm": "cpu", "cuda": "cuda"}[best.target["kind"]]
-    except (KeyError, TypeError, ValueError) as e:
+        arch = str(best.target.get("arch", ""))
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: its workload or target cannot be read ({type(e).__name__}: {e})") from None
-    return library.load(os.path.join(os.path.dirname(path), best.library), workload, device)
+    return library.load(os.path.join(os.path.dirname(path), best.library), workload, device, arch)
 
 
 def refuse_to_replace(folder: str, name: str, force: bool) -> None:

@@ -3,6 +3,8 @@ copied where the kernel cannot read them as they are, and on another library's t
 and written in place or refused in one line naming the input and the rule."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from feasible import exported
@@ -127,3 +129,23 @@ def test_a_tensor_the_kernel_cannot_use_in_place_is_one_value_error_naming_it_an
         with pytest.raises(ValueError, match=message):
             call()
     np.testing.assert_array_equal(right.numpy(), b)
+
+
+@pytest.mark.skipif(targets.cuda().has_device, reason="a GPU is visible")
+def test_a_cuda_kernel_where_no_gpu_is_visible_is_one_value_error_naming_it(tmp_path):
+    """Where TVM would fail deep in its module loader (no CUDA runtime without a driver)."""
+    from feasible import feasible
+
+    from trial_code import kernel
+
+    workload, gpu = workloads.lookup("MM_small"), targets.h100()
+    path = str(tmp_path / "best.so")
+    kernel.build(kernel.scheduled(workload, feasible(workload, gpu), gpu), gpu).export_library(path)
+    with pytest.raises(ValueError, match=f"^{re.escape(path)} is loaded to run on a GPU and none is visible here"):
+        library.load(path, workload, "cuda", gpu.arch)
+
+
+def test_a_cubin_runs_on_its_own_arch_and_later_minors_of_its_major_alone():
+    runs = {("sm_90a", "sm_90a"), ("sm_80", "sm_80"), ("sm_80", "sm_86"), ("sm_80", "sm_89"), ("sm_120", "sm_121")}
+    refused = {("sm_86", "sm_80"), ("sm_80", "sm_90a"), ("sm_90a", "sm_100a"), ("sm_100a", "sm_103a"), ("sm_90", "sm_80")}
+    assert {pair for pair in runs | refused if targets.cubin_runs_on(*pair)} == runs

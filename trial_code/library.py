@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from . import targets
 from .kernel import tvm  # through kernel: TVM's CPU threads sized to this process's cores first
 from .measure import Signature, signature
 from .workloads import Workload
@@ -223,13 +224,27 @@ def check_library(path: str) -> None:
         raise ValueError(f"{path} is cut short ({size} bytes, its headers reach {max(ends)}): re-export the kernel")
 
 
-def load(path: str, workload: Workload, device: str = "cpu") -> Kernel:
-    """The kernel of the library at ``path`` for ``workload``, on ``device`` ("cpu" or "cuda")."""
+def load(path: str, workload: Workload, device: str = "cpu", arch: str = "") -> Kernel:
+    """The kernel of the library at ``path`` for ``workload``, on ``device`` ("cpu" or "cuda");
+    ``arch``, the CUDA arch it was built for where known, is checked against the GPU's."""
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
     check_library(path)
+    if device == "cuda":
+        check_gpu(path, arch)
     module = tvm.runtime.load_module(path)
     return Kernel(workload, module["main"], tvm.cuda(0) if device == "cuda" else tvm.cpu(0), signature(workload))
+
+
+def check_gpu(path: str, arch: str = "") -> None:
+    """ValueError naming ``path`` unless a GPU is visible that runs code built for ``arch``
+    (a cubin, as TVM's NVRTC builds it; ``targets.cubin_runs_on``): without one, loading the
+    library fails deep in TVM, and a GPU of another arch fails at the first call."""
+    gpu = targets.cuda()
+    if not gpu.has_device:
+        raise ValueError(f"{path} is loaded to run on a GPU and none is visible here: load it where one is")
+    if arch and not targets.cubin_runs_on(arch, gpu.arch):
+        raise ValueError(f"{path} was built for {arch}, which this GPU ({gpu.arch}) cannot run: tune it again here")
 
 
 def load_network(path: str, device: str = "cpu") -> Callable[..., Any]:
@@ -244,6 +259,8 @@ def load_network(path: str, device: str = "cpu") -> Callable[..., Any]:
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
     where = tvm.cuda(0) if device == "cuda" else tvm.cpu(0)
     check_library(path)
+    if device == "cuda":
+        check_gpu(path)
     machine = relax.VirtualMachine(tvm.runtime.load_module(path), where)
     float32 = np.dtype(np.float32)
 

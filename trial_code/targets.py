@@ -215,6 +215,18 @@ def cuda() -> Target:
     return Target("cuda", device=f"cuda-{_physical_id()}", **found)
 
 
+def cubin_runs_on(built: str, gpu: str) -> bool:
+    """Whether code built for CUDA arch ``built`` ("sm_90a") runs on a GPU of arch ``gpu``: a
+    cubin runs on its own major version at its minor or later, an arch-specific one ("a") on
+    its own arch alone."""
+    made, there = re.fullmatch(r"sm_(\d+?)(\d)(a?)", built), re.fullmatch(r"sm_(\d+?)(\d)(a?)", gpu)
+    if made is None or there is None:
+        return built == gpu
+    if made.group(3):
+        return made.group(1, 2) == there.group(1, 2)
+    return made.group(1) == there.group(1) and int(made.group(2)) <= int(there.group(2))
+
+
 def resolve(name: str) -> Target:
     """``auto``, ``cpu``/``llvm`` or ``cuda``."""
     if name == "auto":
