@@ -140,6 +140,7 @@ def load_kernel(folder: str) -> Any:
     """The exported kernel of ``folder`` (where ``export`` wrote best.json and best.so), ready to
     call on NumPy arrays or tensors (``trial_code.library``)."""
     from trial_code import library
+    from trial_code.targets import Target
     from trial_code.workloads import Workload
 
     path = os.path.join(os.path.expanduser(folder), "best.json")
@@ -148,11 +149,11 @@ def load_kernel(folder: str) -> Any:
         raise ValueError(f"{path} names no compiled library (exported by an older version)")
     try:
         workload = Workload.from_json(best.workload)
-        device = {"llvm": "cpu", "cuda": "cuda"}[best.target["kind"]]
-        arch = str(best.target.get("arch", ""))
-    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        target = Target.from_json(best.target)
+        device = {"llvm": "cpu", "cuda": "cuda"}[target.kind]
+    except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: its workload or target cannot be read ({type(e).__name__}: {e})") from None
-    return library.load(os.path.join(os.path.dirname(path), best.library), workload, device, arch)
+    return library.load(os.path.join(os.path.dirname(path), best.library), workload, device, target.arch_name)
 
 
 def refuse_to_replace(folder: str, name: str, force: bool) -> None:

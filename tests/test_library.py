@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from feasible import exported
+from feasible import exported, feasible
 
 from trial_code import library, targets, workloads
 from trial_code.kernel import tvm
@@ -134,8 +134,6 @@ def test_a_tensor_the_kernel_cannot_use_in_place_is_one_value_error_naming_it_an
 @pytest.mark.skipif(targets.cuda().has_device, reason="a GPU is visible")
 def test_a_cuda_kernel_where_no_gpu_is_visible_is_one_value_error_naming_it(tmp_path):
     """Where TVM would fail deep in its module loader (no CUDA runtime without a driver)."""
-    from feasible import feasible
-
     from trial_code import kernel
 
     workload, gpu = workloads.lookup("MM_small"), targets.h100()
@@ -149,3 +147,19 @@ def test_a_cubin_runs_on_its_own_arch_and_later_minors_of_its_major_alone():
     runs = {("sm_90a", "sm_90a"), ("sm_80", "sm_80"), ("sm_80", "sm_86"), ("sm_80", "sm_89"), ("sm_120", "sm_121")}
     refused = {("sm_86", "sm_80"), ("sm_80", "sm_90a"), ("sm_90a", "sm_100a"), ("sm_100a", "sm_103a"), ("sm_90", "sm_80")}
     assert {pair for pair in runs | refused if targets.cubin_runs_on(*pair)} == runs
+
+
+def test_a_library_for_a_cpu_with_instructions_this_one_lacks_is_one_value_error(monkeypatch, tmp_path):
+    """Its first call would stop the process with an illegal instruction; on a CPU of the
+    instructions it was built for, it loads."""
+    from trial_code import kernel
+
+    path = str(tmp_path / "k.so")
+    workload, host = workloads.lookup("MM_small"), kernel.for_host(CPU)
+    kernel.build(kernel.scheduled(workload, feasible(workload, CPU), host), host).export_library(path)
+    avx2 = frozenset("fpu sse sse2 ssse3 sse4_1 sse4_2 popcnt avx avx2 fma f16c bmi1 bmi2".split())
+    monkeypatch.setattr(targets, "cpu_flags", lambda: avx2)
+    with pytest.raises(ValueError, match=f"^{re.escape(path)} was built for skylake-avx512, whose avx512bw, avx512cd, "
+                                         "avx512dq, avx512f, avx512vl this CPU lacks"):
+        library.load(path, workload, "cpu", "skylake-avx512")
+    assert library.load(path, workload, "cpu", "haswell").workload == workload

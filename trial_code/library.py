@@ -12,7 +12,7 @@ writes the whole network, built with its tuned kernels, as ``network.so``, which
 ``load_network`` runs: it takes the image, then every weight and bias
 (``networks.graph.input_shapes`` gives their shapes). A library runs on the kind of device it
 was built for, and on the CPU only on one that has the instructions of the CPU it was built for
-(``best.json``'s target names it).
+(``best.json``'s target names it); ``load`` refuses one this machine cannot run.
 """
 from __future__ import annotations
 
@@ -224,14 +224,17 @@ def check_library(path: str) -> None:
         raise ValueError(f"{path} is cut short ({size} bytes, its headers reach {max(ends)}): re-export the kernel")
 
 
-def load(path: str, workload: Workload, device: str = "cpu", arch: str = "") -> Kernel:
+def load(path: str, workload: Workload, device: str = "cpu", built_for: str = "") -> Kernel:
     """The kernel of the library at ``path`` for ``workload``, on ``device`` ("cpu" or "cuda");
-    ``arch``, the CUDA arch it was built for where known, is checked against the GPU's."""
+    ``built_for``, the CUDA arch or CPU it was built for where known (``Target.arch_name``), is
+    checked against this machine's."""
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
     check_library(path)
     if device == "cuda":
-        check_gpu(path, arch)
+        check_gpu(path, built_for)
+    else:
+        check_cpu(path, built_for)
     module = tvm.runtime.load_module(path)
     return Kernel(workload, module["main"], tvm.cuda(0) if device == "cuda" else tvm.cpu(0), signature(workload))
 
@@ -245,6 +248,22 @@ def check_gpu(path: str, arch: str = "") -> None:
         raise ValueError(f"{path} is loaded to run on a GPU and none is visible here: load it where one is")
     if arch and not targets.cubin_runs_on(arch, gpu.arch):
         raise ValueError(f"{path} was built for {arch}, which this GPU ({gpu.arch}) cannot run: tune it again here")
+
+
+def check_cpu(path: str, mcpu: str) -> None:
+    """ValueError naming ``path`` where the CPU it was built for (LLVM's name) has an instruction
+    set of ``targets.INSTRUCTION_FLAGS`` that this one lacks: its code would stop the process with
+    an illegal instruction at the first call. Nothing is checked where either is unknown (LLVM
+    knows no CPU of that name, or the OS reports no instruction sets)."""
+    flags, llvm = targets.cpu_flags(), tvm.target.codegen
+    if not mcpu or flags is None or not llvm.llvm_is_valid_cpu(mcpu, llvm.llvm_get_system_triple()):
+        return
+    needs = {str(f) for f in llvm.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))}
+    missing = sorted(feature for feature, flag in targets.INSTRUCTION_FLAGS.items() if feature in needs
+                     and flag not in flags)
+    if missing:
+        raise ValueError(f"{path} was built for {mcpu}, whose {', '.join(missing)} this CPU lacks (its code would "
+                         "stop with an illegal instruction): tune it again here")
 
 
 def load_network(path: str, device: str = "cpu") -> Callable[..., Any]:

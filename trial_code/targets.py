@@ -189,17 +189,32 @@ def vectors_of(flag: str) -> dict[str, int]:
 
 
 @functools.cache
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str] | None:
+    """The instruction sets the kernel reports for this machine's CPU (/proc/cpuinfo's flags or,
+    on Arm, Features), or None where it reports none (not Linux)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as info:
+            return next((frozenset(line.split(":", 1)[1].split()) for line in info
+                         if line.split(":", 1)[0].strip() in ("flags", "Features")), None)
+    except OSError:
+        return None
+
+
 def cpu_vectors(cpuinfo: str = "/proc/cpuinfo") -> dict[str, int]:
     """This machine's vector registers and their bytes, from the widest instruction set of
     ``VECTOR_SETS`` the kernel reports (LLVM compiles for the machine's own CPU); none where it
     reports none of them (not Linux), which sets no bound."""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as info:
-            features = next((set(line.split(":", 1)[1].split()) for line in info
-                             if line.split(":", 1)[0].strip() in ("flags", "Features")), set())
-    except OSError:
-        return {}
+    features = cpu_flags(cpuinfo) or frozenset()
     return next((vectors_of(flag) for flag in VECTOR_SETS if flag in features), {})
+
+
+INSTRUCTION_FLAGS = {"sse4.1": "sse4_1", "sse4.2": "sse4_2", "ssse3": "ssse3", "popcnt": "popcnt", "avx": "avx",
+                     "avx2": "avx2", "fma": "fma", "f16c": "f16c", "bmi": "bmi1", "bmi2": "bmi2",
+                     "avx512f": "avx512f", "avx512vl": "avx512vl", "avx512bw": "avx512bw", "avx512dq": "avx512dq",
+                     "avx512cd": "avx512cd"}
+"""The x86 instruction sets LLVM draws on for float kernels, by LLVM's feature name, with the
+flag Linux reports for each: a library built for a CPU with one of them stops with an illegal
+instruction on a CPU without it."""
 
 
 def h100() -> Target:
