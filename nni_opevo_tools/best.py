@@ -140,7 +140,6 @@ def load_kernel(folder: str) -> Any:
     """The exported kernel of ``folder`` (where ``export`` wrote best.json and best.so), ready to
     call on NumPy arrays or tensors (``trial_code.library``)."""
     from trial_code import library
-    from trial_code.targets import Target
     from trial_code.workloads import Workload
 
     path = os.path.join(os.path.expanduser(folder), "best.json")
@@ -149,11 +148,21 @@ def load_kernel(folder: str) -> Any:
         raise ValueError(f"{path} names no compiled library (exported by an older version)")
     try:
         workload = Workload.from_json(best.workload)
-        target = Target.from_json(best.target)
-        device = {"llvm": "cpu", "cuda": "cuda"}[target.kind]
+        device, built_for = device_of(best.target)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: its workload or target cannot be read ({type(e).__name__}: {e})") from None
-    return library.load(os.path.join(os.path.dirname(path), best.library), workload, device, target.arch_name)
+    return library.load(os.path.join(os.path.dirname(path), best.library), workload, device, built_for)
+
+
+def device_of(target: dict[str, Any]) -> tuple[str, str]:
+    """The device an export's library runs on ("cpu" or "cuda") and what it was built for (the
+    CUDA arch or LLVM's name of the CPU; empty where unknown), from its target as written
+    (``Target.to_json``; fields a later version adds are ignored)."""
+    device = {"llvm": "cpu", "cuda": "cuda"}[target["kind"]]
+    built_for = target.get("arch" if device == "cuda" else "mcpu") or ""
+    if not isinstance(built_for, str):
+        raise TypeError(f"the target's {'arch' if device == 'cuda' else 'mcpu'} must be a string")
+    return device, built_for
 
 
 def refuse_to_replace(folder: str, name: str, force: bool) -> None:

@@ -11,7 +11,7 @@ layout changes between them, no layers no template covers (activations, pooling)
 per layer ``<layer>/best.<cu|ll>`` and ``<layer>/kernels/``. A named network is then also built
 as one TVM program with these kernels and timed (``network_graph``: ``whole_network_ms``),
 which shows what the sum leaves out, and written as ``network.so`` for a program to run
-(``trial_code.library.load_network``).
+(``load_network``).
 
 Where the experiment ran on a GPU that this machine lacks, nothing is re-measured: each
 layer's latency is its best trial's reported one, and an untried layer has none (the sum is
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from trial_code.evaluate import Limits, evaluate
 from trial_code.files import copy_file
 from trial_code.status import Status
 
+from .best import FILE_NAME, device_of
 from .experiment_client import ExperimentDatabase, Trial
 from .remeasure import best_of, remeasure
 
@@ -110,6 +112,33 @@ class NetworkBest:
         with open(os.path.join(folder, "network.md"), "w") as handle:
             handle.write(f"{self.headline()}\n\n{self.table()}")
         return path
+
+
+def load_network(folder: str) -> Callable[..., Any]:
+    """The exported network of ``folder`` (where ``export`` wrote network.json and network.so),
+    on the device it was built for and checked against this machine, ready to call on the image
+    and then every weight and bias (``trial_code.library.load_network``)."""
+    from trial_code import library
+
+    path = os.path.join(os.path.expanduser(folder), "network.json")
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read())
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not JSON ({e}): a damaged export, export again") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ValueError(f"{path} is not a {SCHEMA} file")
+    name = data.get("library")
+    if not isinstance(name, str) or not FILE_NAME.fullmatch(name) or name in (".", ".."):
+        raise ValueError(f"{path}: field 'library' must name a file next to network.json, got {name!r} (the whole "
+                         "network could not be built where it was exported)")
+    try:
+        device, built_for = device_of(data["target"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: its target cannot be read ({type(e).__name__}: {e})") from None
+    return library.load_network(os.path.join(os.path.dirname(path), name), device, built_for)
 
 
 def _ms(value: float | None) -> str:

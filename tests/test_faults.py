@@ -886,10 +886,11 @@ _DROP = object()
     (_edit(parameter_id="7"), "field 'parameter_id' must be int, got str"),
     (_edit(workload=_DROP), "field 'workload' is missing"),
     (_edit(workload={"name": "x"}), "its workload or target cannot be read"),
+    (_edit(target={"kind": "tpu"}), "its workload or target cannot be read"),
     (lambda f: (f / "best.json").write_text((f / "best.json").read_text()[:200]), "is not JSON"),
     (lambda f: (f / "best.so").write_bytes((f / "best.so").read_bytes()[:5000]), "is cut short"),
     (lambda f: (f / "best.so").write_bytes(b"not a library"), "is not a 64-bit little-endian ELF library"),
-], ids=["absolute-library", "climbing-library", "wrong-type", "missing-field", "bad-workload", "cut-json",
+], ids=["absolute-library", "climbing-library", "wrong-type", "missing-field", "bad-workload", "bad-target", "cut-json",
         "cut-library", "not-elf"])
 def test_loading_a_damaged_export_is_one_value_error_naming_the_file(export_once, tmp_path, change, message):
     """In a process of its own: a library cut short must not kill the caller with SIGBUS."""

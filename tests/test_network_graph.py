@@ -144,11 +144,10 @@ def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_p
     assert best.whole_network_ms is not None and best.whole_network_ms > 0 and not best.whole_network_error
     assert "as one TVM program" in best.headline()
     # The tuned network as one library a program loads: the same output as TVM's own operators.
-    from trial_code import library
     from trial_code.kernel import tvm
 
     assert best.library == "network.so"
-    run = library.load_network(str(tmp_path / "out" / "network.so"))
+    run = network_export.load_network(str(tmp_path / "out"))  # network.json names the library and its target
     host, expected = network_graph._reference(tiny, CPU, seed=3)
     assert [a.shape for a in host] == network_graph.input_shapes(tiny)
     np.testing.assert_allclose(run(*host), expected, rtol=1e-3, atol=1e-4)
@@ -158,6 +157,12 @@ def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_p
         run(tvm.runtime.tensor(np.asarray(host[0], np.float64)), *on_device[1:])
     written = json.loads((tmp_path / "out" / "network.json").read_text())
     assert written["whole_network_ms"] == best.whole_network_ms and written["latency_ms"] == best.latency_ms
+    for field, value, message in (("library", "../network.so", "field 'library' must name a file next to network.json"),
+                                  ("target", {"kind": "tpu"}, "its target cannot be read"),
+                                  ("schema", "nni-opevo/best/2", "is not a nni-opevo/network/1 file")):
+        (tmp_path / "out" / "network.json").write_text(json.dumps({**written, field: value}))
+        with pytest.raises(ValueError, match=message):
+            network_export.load_network(str(tmp_path / "out"))
 
 
 @pytest.mark.slow(seconds=140)

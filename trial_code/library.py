@@ -266,12 +266,13 @@ def check_cpu(path: str, mcpu: str) -> None:
                          "stop with an illegal instruction): tune it again here")
 
 
-def load_network(path: str, device: str = "cpu") -> Callable[..., Any]:
+def load_network(path: str, device: str = "cpu", built_for: str = "") -> Callable[..., Any]:
     """The whole network of the library at ``path``: a callable on the image, then the weights
     and biases, that returns the network's output. As a kernel's call: NumPy arrays are
     converted to float32 and copied where they cannot be read as they lie, and give a NumPy
     array; tensors of another library are read in place under the same rules, and give a tensor
-    of the first one's library (so weights kept on the device are not copied at every call)."""
+    of the first one's library (so weights kept on the device are not copied at every call).
+    ``built_for`` is checked as ``load`` checks it."""
     from tvm import relax
 
     if device not in ("cpu", "cuda"):
@@ -279,7 +280,9 @@ def load_network(path: str, device: str = "cpu") -> Callable[..., Any]:
     where = tvm.cuda(0) if device == "cuda" else tvm.cpu(0)
     check_library(path)
     if device == "cuda":
-        check_gpu(path)
+        check_gpu(path, built_for)
+    else:
+        check_cpu(path, built_for)
     machine = relax.VirtualMachine(tvm.runtime.load_module(path), where)
     float32 = np.dtype(np.float32)
 
