@@ -7,6 +7,8 @@ loads ``libcudart``. ``... preflight smoke`` runs once TVM is unpacked: TVM sees
 runtime fails silently otherwise), one small random MatMul is built, run and checked through the
 trial code, and one PyTorch MatMul is checked. Each problem is one line; any problem exits 3, so
 ``scripts/gpu-call.sh`` stops the call before the campaign spends its minutes on failing trials.
+The same MatMul is then exported and called as a program calls it (``library_smoke``), a check of
+the exported kernel's GPU path that only reports.
 Then the same MatMul runs in a worker forked from a server that has TVM loaded, as the campaign
 runs its trials (``trial_code.forked``): where that alone fails, the smoke exits 4 and the call
 script runs the campaign with every worker a program of its own (``NNI_OPEVO_FORK=0``).
@@ -130,6 +132,52 @@ def _smoke_kernel() -> Result:
     return evaluate(workload, params, target, Limits(build_timeout=120.0, run_timeout=30.0))
 
 
+def library_smoke() -> list[str]:
+    """The smoke's MatMul as a program takes it (``trial_code.library``): built into a library,
+    loaded with its arch checked against the GPU's, and called on NumPy arrays and on PyTorch
+    tensors on a stream of PyTorch's own, whose inputs are written only after a long MatMul on
+    that stream: a kernel launched on another stream reads them unwritten. Problems, one line
+    each; the campaign loads no library, so they do not stop the call."""
+    import tempfile
+
+    import numpy as np
+    import torch
+
+    from trial_code import constraint, kernel, library, targets
+    from trial_code.workloads import lookup
+
+    target, workload = targets.cuda(), lookup("MM_small")
+    params, _ = constraint.draw(workload, target, 0)
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
+    expected = a.astype(np.float64) @ b
+    problems = []
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "best.so")
+            kernel.build(kernel.scheduled(workload, params, target), target).export_library(path)
+            loaded = library.load(path, workload, "cuda", target.arch)
+            if not np.allclose(loaded(a, b), expected, rtol=1e-3, atol=1e-2):
+                problems.append("the exported MM_small kernel called on NumPy arrays disagrees with NumPy")
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                busy = torch.rand(4096, 4096, device="cuda")
+                x, y = torch.zeros(256, 256, device="cuda"), torch.zeros(256, 256, device="cuda")
+                for _ in range(8):  # some 20 ms of the GPU before the inputs are written, the host not waiting
+                    busy = busy @ busy / 4096
+                x.copy_(torch.from_numpy(a).pin_memory(), non_blocking=True)
+                y.copy_(torch.from_numpy(b).pin_memory(), non_blocking=True)
+                out = loaded(x, y, out=torch.empty(256, 256, device="cuda"))
+                got = out.cpu().numpy()
+            if not np.allclose(got, expected, rtol=1e-3, atol=1e-2):
+                problems.append("the exported MM_small kernel called on PyTorch tensors on a side stream disagrees "
+                                "with NumPy: it ran on another stream")
+    except Exception as e:  # noqa: BLE001 (any failure of the path is the finding, one line)
+        problems.append(f"the exported MM_small kernel could not be loaded and called: {type(e).__name__}: "
+                        f"{str(e).splitlines()[0] if str(e) else ''}")
+    return problems
+
+
 def forked_smoke() -> list[str]:
     """The smoke's MatMul again, in a worker forked from a server that has TVM loaded."""
     from trial_code import forked
@@ -152,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"preflight: {problem}", file=sys.stderr, flush=True)
     if problems:
         raise SystemExit(EXIT)
+    for problem in library_smoke() if argv == ["smoke"] else []:
+        print(f"preflight: {problem} (the campaign goes on)", file=sys.stderr, flush=True)
     for problem in forked_smoke() if argv == ["smoke"] else []:
         print(f"preflight: {problem}", file=sys.stderr, flush=True)
         raise SystemExit(FORK_EXIT)

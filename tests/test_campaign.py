@@ -379,9 +379,23 @@ def test_the_preflight_names_each_problem_in_one_line(tmp_path, change, words):
     assert len(problems) == 1 and words in problems[0] and "\n" not in problems[0]
 
 
+def test_a_smoke_whose_exported_kernel_fails_reports_it_and_the_call_goes_on(monkeypatch, capsys):
+    """The campaign loads no library: the exported kernel's GPU path is reported, one line, exit 0."""
+    monkeypatch.setattr(preflight, "smoke", lambda: [])
+    monkeypatch.setattr(preflight, "library_smoke", lambda: ["the exported MM_small kernel called on PyTorch tensors "
+                                                             "on a side stream disagrees with NumPy: it ran on another "
+                                                             "stream"])
+    monkeypatch.setattr(preflight, "forked_smoke", lambda: [])
+    preflight.main(["smoke"])
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith("preflight: the exported MM_small kernel")
+    assert captured.err.rstrip().endswith("(the campaign goes on)") and "smoke passed" in captured.out
+
+
 def test_a_smoke_that_fails_only_in_a_forked_worker_lets_the_call_go_on_with_programs(monkeypatch, capsys):
     """Exit 4, one line naming the switch: the call script then runs the campaign with NNI_OPEVO_FORK=0."""
     monkeypatch.setattr(preflight, "smoke", lambda: [])
+    monkeypatch.setattr(preflight, "library_smoke", lambda: [])
     monkeypatch.setattr(preflight, "forked_smoke", lambda: ["the MM_small kernel in a forked worker ended "
                                                             "RUNTIME_DEVICE: x; the campaign starts its workers as "
                                                             "programs (NNI_OPEVO_FORK=0)"])
