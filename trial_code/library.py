@@ -137,9 +137,12 @@ class Kernel:
         ``out`` that shares memory with an input is refused, since it is written in place."""
         shape, dtype = self.signature.output
         what = f"out of {self.workload.name}"
-        new = tvm.runtime.empty(shape, str(dtype), self.device)
+
+        def new() -> tuple[Any, bool]:
+            return tvm.runtime.empty(shape, str(dtype), self.device), False
+
         if out is None:
-            return new, False
+            return new()
         if tuple(np.shape(out)) != shape:
             raise ValueError(f"{what} must have shape {shape}, got {tuple(np.shape(out))}")
         if tensors != _is_tensor(out):
@@ -148,13 +151,13 @@ class Kernel:
         if not tensors and (not isinstance(out, np.ndarray) or out.dtype != dtype or not out.flags.writeable):
             raise ValueError(f"{what} must be a writable NumPy array of {dtype}")
         if not tensors and not (self._on_cpu and _in_place(out, dtype)):
-            return new, False
+            return new()
         written = _view(what, out, dtype, self.device) if tensors else tvm.runtime.from_dlpack(out)
         shared = next((position for position, view in enumerate(views) if _overlap(written, view)), None)
         if shared is None:
             return written, True
         if not tensors:
-            return new, False
+            return new()
         raise ValueError(f"{what} shares memory with input {shared}: the kernel would overwrite what it still reads")
 
 
@@ -230,13 +233,19 @@ def load(path: str, workload: Workload, device: str = "cpu", built_for: str = ""
     checked against this machine's."""
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    check_runs_here(path, device, built_for)
+    module = tvm.runtime.load_module(path)
+    return Kernel(workload, module["main"], tvm.cuda(0) if device == "cuda" else tvm.cpu(0), signature(workload))
+
+
+def check_runs_here(path: str, device: str, built_for: str) -> None:
+    """ValueError naming ``path`` unless it is a whole library (``check_library``) that this
+    machine's ``device`` can run, as far as ``built_for`` (``Target.arch_name``) tells."""
     check_library(path)
     if device == "cuda":
         check_gpu(path, built_for)
     else:
         check_cpu(path, built_for)
-    module = tvm.runtime.load_module(path)
-    return Kernel(workload, module["main"], tvm.cuda(0) if device == "cuda" else tvm.cpu(0), signature(workload))
 
 
 def check_gpu(path: str, arch: str = "") -> None:
@@ -278,11 +287,7 @@ def load_network(path: str, device: str = "cpu", built_for: str = "") -> Callabl
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
     where = tvm.cuda(0) if device == "cuda" else tvm.cpu(0)
-    check_library(path)
-    if device == "cuda":
-        check_gpu(path, built_for)
-    else:
-        check_cpu(path, built_for)
+    check_runs_here(path, device, built_for)
     machine = relax.VirtualMachine(tvm.runtime.load_module(path), where)
     float32 = np.dtype(np.float32)
 
