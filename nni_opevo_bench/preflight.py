@@ -23,10 +23,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trial_code.evaluate import Result
+    from trial_code.targets import Target
+    from trial_code.workloads import Workload
 
 PYTHON = (3, 12)
 """The Python the bundle's binary wheels are built for (scripts/gpu-bundle.sh)."""
@@ -121,14 +123,21 @@ def smoke() -> list[str]:
     return problems
 
 
-def _smoke_kernel() -> Result:
-    """The smoke's MatMul: the first admitted MM_small configuration of seed 0, through the trial code."""
+def _smoke_matmul() -> tuple[Target, Workload, dict[str, Any]]:
+    """The smoke's MatMul: the first admitted MM_small configuration of seed 0 on this GPU."""
     from trial_code import constraint, targets
-    from trial_code.evaluate import Limits, evaluate
     from trial_code.workloads import lookup
 
     target, workload = targets.cuda(), lookup("MM_small")
     params, _ = constraint.draw(workload, target, 0)
+    return target, workload, params
+
+
+def _smoke_kernel() -> Result:
+    """The smoke's MatMul through the trial code."""
+    from trial_code.evaluate import Limits, evaluate
+
+    target, workload, params = _smoke_matmul()
     return evaluate(workload, params, target, Limits(build_timeout=120.0, run_timeout=30.0))
 
 
@@ -143,11 +152,9 @@ def library_smoke() -> list[str]:
     import numpy as np
     import torch
 
-    from trial_code import constraint, kernel, library, targets
-    from trial_code.workloads import lookup
+    from trial_code import kernel, library
 
-    target, workload = targets.cuda(), lookup("MM_small")
-    params, _ = constraint.draw(workload, target, 0)
+    target, workload, params = _smoke_matmul()
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
     expected = a.astype(np.float64) @ b

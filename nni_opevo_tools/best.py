@@ -87,16 +87,28 @@ FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 """What ``source`` and ``library`` may be: a file next to best.json, never a path elsewhere."""
 
 
-def read(path: str) -> Best:
-    """``best.json`` checked against ``Best``'s fields and their types (fields it does not know are
-    ignored, a later version's); every problem one ValueError naming the file and the field."""
+def is_file_name(value: Any) -> bool:
+    """Whether ``value`` names a file next to the export's JSON (``FILE_NAME``)."""
+    return isinstance(value, str) and FILE_NAME.fullmatch(value) is not None and value not in (".", "..")
+
+
+def read_export(path: str, schema: str) -> dict[str, Any]:
+    """The JSON object of the export file ``path``, written under ``schema``; ValueError naming
+    the file where it is damaged or of another schema."""
     try:
         with open(path, "rb") as handle:
             data = json.loads(handle.read())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} is not JSON ({e}): a damaged export, export again") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise ValueError(f"{path} is not a {SCHEMA} file")
+    if not isinstance(data, dict) or data.get("schema") != schema:
+        raise ValueError(f"{path} is not a {schema} file")
+    return data
+
+
+def read(path: str) -> Best:
+    """``best.json`` checked against ``Best``'s fields and their types (fields it does not know are
+    ignored, a later version's); every problem one ValueError naming the file and the field."""
+    data = read_export(path, SCHEMA)
     hints = typing.get_type_hints(Best)
     found: dict[str, Any] = {}
     for field in fields(Best):
@@ -109,7 +121,7 @@ def read(path: str) -> Best:
                              f"{type(data[field.name]).__name__}")
         found[field.name] = data[field.name]
     for name in ("source", "library"):
-        if found.get(name) is not None and (not FILE_NAME.fullmatch(found[name]) or found[name] in (".", "..")):
+        if found.get(name) is not None and not is_file_name(found[name]):
             raise ValueError(f"{path}: field '{name}' must name a file next to best.json, got {found[name]!r}")
     return Best(**found)
 

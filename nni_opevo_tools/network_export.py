@@ -31,7 +31,7 @@ from trial_code.evaluate import Limits, evaluate
 from trial_code.files import copy_file
 from trial_code.status import Status
 
-from .best import FILE_NAME, device_of
+from .best import device_of, is_file_name, read_export
 from .experiment_client import ExperimentDatabase, Trial
 from .remeasure import best_of, remeasure
 
@@ -122,16 +122,11 @@ def load_network(folder: str) -> Callable[..., Any]:
 
     path = os.path.join(os.path.expanduser(folder), "network.json")
     try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read())
+        data = read_export(path, SCHEMA)
     except OSError as e:
         raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not JSON ({e}): a damaged export, export again") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise ValueError(f"{path} is not a {SCHEMA} file")
     name = data.get("library")
-    if not isinstance(name, str) or not FILE_NAME.fullmatch(name) or name in (".", ".."):
+    if not is_file_name(name):
         raise ValueError(f"{path}: field 'library' must name a file next to network.json, got {name!r} (the whole "
                          "network could not be built where it was exported)")
     try:

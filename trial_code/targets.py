@@ -59,6 +59,10 @@ H100 = {"arch": "sm_90a", "max_threads_per_block": 1024, "max_shared_memory_per_
         "max_shared_memory_optin": 232448}
 
 
+CUDA_ARCH = re.compile(r"sm_(\d+)(a?)")
+"""A CUDA arch: its compute capability (90 for 9.0) and "a" where it is arch-specific."""
+
+
 @dataclass(frozen=True)
 class Target:
     kind: str  # "cuda" or "llvm"
@@ -100,7 +104,7 @@ class Target:
     @property
     def compute_capability(self) -> int:
         """90 for sm_90a, 80 for sm_80; 0 for the CPU or an arch string that names none."""
-        found = re.match(r"sm_(\d+)", self.arch)
+        found = CUDA_ARCH.match(self.arch)
         return int(found.group(1)) if found else 0
 
     @property
@@ -234,12 +238,13 @@ def cubin_runs_on(built: str, gpu: str) -> bool:
     """Whether code built for CUDA arch ``built`` ("sm_90a") runs on a GPU of arch ``gpu``: a
     cubin runs on its own major version at its minor or later, an arch-specific one ("a") on
     its own arch alone."""
-    made, there = re.fullmatch(r"sm_(\d+?)(\d)(a?)", built), re.fullmatch(r"sm_(\d+?)(\d)(a?)", gpu)
+    made, there = CUDA_ARCH.fullmatch(built), CUDA_ARCH.fullmatch(gpu)
     if made is None or there is None:
         return built == gpu
-    if made.group(3):
-        return made.group(1, 2) == there.group(1, 2)
-    return made.group(1) == there.group(1) and int(made.group(2)) <= int(there.group(2))
+    version, on = int(made.group(1)), int(there.group(1))
+    if made.group(2):
+        return version == on
+    return version // 10 == on // 10 and version <= on
 
 
 def resolve(name: str) -> Target:
