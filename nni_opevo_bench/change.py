@@ -1,13 +1,15 @@
 """A search change's measured effect: one tuner's runs in two ``fractions.csv.gz`` of ``nni-opevo hub``
 (the code before the change and after it, the same seeds), paired run by run.
 
-    nni-opevo change BEFORE/fractions.csv.gz AFTER/fractions.csv.gz [--tuner opevo]
+    nni-opevo change BEFORE/fractions.csv.gz AFTER/fractions.csv.gz [--tuner opevo] [--chosen SPACE ...]
 
 A run is a (slice, space, seed) and counts once, by its mean fraction of the optimum over the
 budgets; the table gives the difference, after minus before, over every run both files hold, per
 slice, and per slice and space (``report.paired``: mean ± standard error, Wilcoxon p), then how
-many cells (slice, space, budget; the mean over the seeds) went up and down. These are the figures
-``docs/decisions.md`` quotes for a change to the search.
+many cells (slice, space, budget; the mean over the seeds) went up and down. With ``--chosen``, the
+spaces a change was chosen on, it also gives the chosen spaces' runs and the others' apart, over
+all slices and per slice: a change is kept where it holds on the spaces it was not chosen on.
+These are the figures ``docs/decisions.md`` quotes for a change to the search.
 """
 from __future__ import annotations
 
@@ -37,14 +39,21 @@ def runs(path: Path, tuner: str) -> dict[Run, dict[int, float]]:
     return out
 
 
-def table(before: dict[Run, dict[int, float]], after: dict[Run, dict[int, float]]) -> str:
-    """The paired table of the runs both hold (see the module docstring)."""
+def table(before: dict[Run, dict[int, float]], after: dict[Run, dict[int, float]],
+          chosen: frozenset[str] = frozenset()) -> str:
+    """The paired table of the runs both hold, the ``chosen`` spaces' and the others' apart where
+    given (see the module docstring)."""
     common = sorted(set(before) & set(after))
     if not common:
         return "no run is in both files\n"
     lines = ["| runs | count | after minus before, mean ± standard error | Wilcoxon p |", "|---|---|---|---|"]
-    groups = [("all", common)]
-    groups += [(s, [r for r in common if r[0] == s]) for s in sorted({r[0] for r in common})]
+    slices = [("", common)] + [(f"{s} ", [r for r in common if r[0] == s]) for s in sorted({r[0] for r in common})]
+    groups = []
+    for prefix, members in slices:
+        groups.append((prefix.strip() or "all", members))
+        if chosen:
+            groups += [(f"{prefix}chosen", [r for r in members if r[1] in chosen]),
+                       (f"{prefix}the others", [r for r in members if r[1] not in chosen])]
     groups += [(f"{s} {space}", [r for r in common if r[:2] == (s, space)])
                for s, space in sorted({r[:2] for r in common})]
     for name, members in groups:
@@ -69,6 +78,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("before", type=Path, help="fractions.csv.gz of the code before the change")
     parser.add_argument("after", type=Path, help="fractions.csv.gz of the code after it")
     parser.add_argument("--tuner", default=BASELINE, help=f"the tuner the change is to (default {BASELINE})")
+    parser.add_argument("--chosen", nargs="+", default=[], metavar="SPACE",
+                        help="the spaces the change was chosen on (folder/file, e.g. gemm/RTX_2080_Ti): "
+                             "their runs and the others' apart")
     args = parser.parse_args(argv)
     for path in (args.before, args.after):
         if not path.is_file():
@@ -80,7 +92,11 @@ def main(argv: list[str] | None = None) -> None:
         except (KeyError, ValueError, UnicodeDecodeError, gzip.BadGzipFile, EOFError) as e:
             parser.error(f"{path}: not a fractions.csv.gz of nni-opevo hub "
                          f"(slice, space, tuner, seed, budget, fraction: {e})")
-    print(table(read[args.before], read[args.after]), end="")
+    spaces = {run[1] for held in read.values() for run in held}
+    unknown = sorted(set(args.chosen) - spaces)
+    if unknown:
+        parser.error(f"--chosen: {', '.join(unknown)} is not a space of these files (they hold {', '.join(sorted(spaces))})")
+    print(table(read[args.before], read[args.after], frozenset(args.chosen)), end="")
 
 
 if __name__ == "__main__":

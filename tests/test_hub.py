@@ -302,3 +302,29 @@ def test_a_change_is_paired_run_by_run_per_slice_and_space(tmp_path, capsys):
     with pytest.raises(SystemExit):
         change.main([str(tmp_path / "other.csv"), str(after)])
     assert "not a fractions.csv.gz of nni-opevo hub" in capsys.readouterr().err
+
+
+def test_a_change_shows_the_spaces_it_was_chosen_on_apart_from_the_others(tmp_path, capsys):
+    """``--chosen``: the chosen spaces' runs and the others', over all slices and per slice, so a
+    change chosen on part of the spaces is judged on the rest; a space the files lack is one line."""
+    from nni_opevo_bench import change
+
+    rows = [("slice", "space", "tuner", "seed", "budget", "fraction")]
+    before, after = tmp_path / "before.csv", tmp_path / "after.csv"
+    before.write_text("\n".join(",".join(map(str, r)) for r in rows + [
+        (sl, sp, "opevo", s, 25, 0.5) for sl in ("c1-free", "c8-free") for sp in ("g/a", "g/b", "c/c") for s in "01"]))
+    gain = {"g/a": 0.2, "g/b": 0.1, "c/c": 0.0}
+    after.write_text("\n".join(",".join(map(str, r)) for r in rows + [
+        (sl, sp, "opevo", s, 25, 0.5 + gain[sp] + 0.01 * int(s)) for sl in ("c1-free", "c8-free")
+        for sp in ("g/a", "g/b", "c/c") for s in "01"]))
+    change.main([str(before), str(after), "--chosen", "g/a", "g/b"])
+    out = capsys.readouterr().out
+    assert "| chosen | 8 | +0.1550 ± 0.0190 |" in out and "| the others | 4 | +0.0050 ± 0.0029 |" in out
+    assert "| c8-free chosen | 4 | +0.1550 ± 0.0290 |" in out and "| c1-free the others | 2 | +0.0050 ± 0.0050 |" in out
+    change.main([str(before), str(after)])
+    assert "chosen" not in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        change.main([str(before), str(after), "--chosen", "g/a", "gemm/RTX_2080_Ti"])
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith(
+        "nni-opevo change: error: --chosen: gemm/RTX_2080_Ti is not a space of these files (they hold c/c, g/a, g/b)")
