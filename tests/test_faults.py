@@ -731,14 +731,14 @@ def test_every_trial_of_the_quickstart_database_builds_on_every_cpu_the_suite_ru
         for_workload(workload).check(workload, json.loads(data)["parameters"], target)
 
 
-def _experiment(tmp_path: Path, damage=None) -> Path:
+def _experiment(tmp_path: Path, damage=None, recorded: Path = QUICKSTART_DB) -> Path:
     import shutil
     import sqlite3
 
     folder = tmp_path / "exp"
     (folder / "db").mkdir(parents=True)
     database = folder / "db" / "nni.sqlite"
-    shutil.copyfile(QUICKSTART_DB, database)
+    shutil.copyfile(recorded, database)
     if damage is not None:
         if callable(damage):
             with sqlite3.connect(database) as db:
@@ -954,8 +954,13 @@ def test_trials_of_reused_parameter_ids_all_rank(tmp_path, timed):
     assert all(t.parameters == first[t.trial_job] for t in ranked[3:])
 
 
+SWAPPED_JOBS_DB = ROOT / "tests" / "data" / "quickstart-swapped-jobs.sqlite"
+"""The database of an earlier quickstart experiment, whose trials took the record NNI 3.0 handed
+them (before ``trial_code/nni_channel.py`` read each job's own): two of them ran each other's."""
+
+
 def test_each_result_takes_the_parameters_of_its_own_parameter_id_where_nni_swapped_the_jobs(tmp_path):
-    """In the quickstart's real database NNI 3.0 attached parameter 1's record to the job that ran
+    """In a quickstart's real database NNI 3.0 attached parameter 1's record to the job that ran
     parameter 0 and 0's to the one that ran 1 (microsoft/nni#5726; two trials started 8 ms apart).
     Each result is ranked with the parameters of the id it reported: matched by job, the export had
     re-measured and shipped another trial's configuration under the fastest one's TFLOPS."""
@@ -963,7 +968,7 @@ def test_each_result_takes_the_parameters_of_its_own_parameter_id_where_nni_swap
 
     from nni_opevo_tools.experiment_client import ExperimentDatabase
 
-    folder = _experiment(tmp_path)
+    folder = _experiment(tmp_path, recorded=SWAPPED_JOBS_DB)
     with sqlite3.connect(folder / "db" / "nni.sqlite") as db:
         carried = {job: json.loads(data) for job, data in db.execute(
             "SELECT trialJobId, data FROM TrialJobEvent WHERE event = 'RUNNING' AND data IS NOT NULL")}
