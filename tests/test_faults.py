@@ -723,12 +723,12 @@ def test_every_trial_of_the_quickstart_database_builds_on_every_cpu_the_suite_ru
     from trial_code.templates import for_workload
 
     workload = workloads.lookup("MM_small")
-    target = Target("llvm", **vectors_of(instructions))
+    template, target = for_workload(workload), Target("llvm", **vectors_of(instructions))
     with sqlite3.connect(QUICKSTART_DB) as db:
         started = db.execute("SELECT data FROM TrialJobEvent WHERE event = 'RUNNING'").fetchall()
     assert len(started) == 48
     for (data,) in started:
-        for_workload(workload).check(workload, json.loads(data)["parameters"], target)
+        template.check(workload, json.loads(data)["parameters"], target)
 
 
 def _experiment(tmp_path: Path, damage=None, recorded: Path = QUICKSTART_DB) -> Path:
