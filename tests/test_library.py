@@ -4,10 +4,12 @@ and written in place or refused in one line naming the input and the rule."""
 from __future__ import annotations
 
 import re
+import threading
 
 import numpy as np
 import pytest
 from feasible import exported, feasible
+from forking import in_a_child
 
 from trial_code import library, targets, workloads
 from trial_code.kernel import tvm
@@ -163,3 +165,28 @@ def test_a_library_for_a_cpu_with_instructions_this_one_lacks_is_one_value_error
                                          "avx512dq, avx512f, avx512vl this CPU lacks"):
         library.load(path, workload, "cpu", "skylake-avx512")
     assert library.load(path, workload, "cpu", "haswell").workload == workload
+
+
+def test_a_process_forked_after_its_parent_ran_the_kernel_runs_it_too(matmul, operands):
+    """A fork copies the calling thread but not the workers of TVM's CPU pool that the parent's
+    calls started: the child's call from that thread once waited for them forever (as
+    ``multiprocessing``'s default start method, a DataLoader's workers or a pre-forking server
+    would have it). Threads of the child start pools of their own; so does the parent again."""
+    a, b, product = operands
+    _close(matmul(a, b), product)  # the parent's pool has workers
+
+    def from_the_forking_thread() -> bool:
+        return bool(np.allclose(matmul(a, b), product, rtol=1e-4, atol=1e-3))
+
+    def twice_and_from_a_new_thread() -> bool:
+        found: list[bool] = []
+        thread = threading.Thread(target=lambda: found.append(from_the_forking_thread()))
+        thread.start()
+        thread.join()
+        return found == [True] and from_the_forking_thread() and from_the_forking_thread()
+
+    assert in_a_child(from_the_forking_thread) == "right"
+    assert in_a_child(twice_and_from_a_new_thread) == "right"
+    assert in_a_child(lambda: in_a_child(from_the_forking_thread) == "right" and from_the_forking_thread()) == "right"
+    _close(matmul(a, b), product)
+

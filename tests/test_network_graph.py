@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from cuda_build import cp_async_copies
 from feasible import feasible
+from forking import in_a_child
 
 from nni_opevo_tools import network_export
 from nni_opevo_tools.experiment_client import Ranking
@@ -151,6 +152,8 @@ def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_p
     host, expected = network_graph._reference(tiny, CPU, seed=3)
     assert [a.shape for a in host] == network_graph.input_shapes(tiny)
     np.testing.assert_allclose(run(*host), expected, rtol=1e-3, atol=1e-4)
+    # and in a process forked after this thread ran it (``trial_code.cpu_pool``)
+    assert in_a_child(lambda: bool(np.allclose(run(*host), expected, rtol=1e-3, atol=1e-4))) == "right"
     on_device = [tvm.runtime.tensor(np.asarray(a, np.float32)) for a in host]  # weights kept, read in place
     np.testing.assert_allclose(run(*on_device).numpy(), expected, rtol=1e-3, atol=1e-4)
     with pytest.raises(ValueError, match="^array 0 of the network must be float32, got float64$"):

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from . import targets
+from . import cpu_pool, targets
 from .kernel import tvm  # through kernel: TVM's CPU threads sized to this process's cores first
 from .measure import Signature, signature
 from .workloads import Workload
@@ -73,7 +73,7 @@ class Kernel:
         tensors = any(_is_tensor(x) for x in (*inputs, out))
         arguments, views = self._inputs(inputs)
         written, in_place = self._output(out, tensors, views)
-        self.function(*arguments, out if tensors and out is not None else written)
+        self._run(*arguments, out if tensors and out is not None else written)
         if tensors:
             return out if out is not None else _library_result(next(x for x in inputs if _is_tensor(x)), written)
         self.device.sync()
@@ -88,11 +88,20 @@ class Kernel:
         ``self.device.sync`` waits for it."""
         arguments, _ = self._inputs(inputs)
         written, _ = self._output(None, False, [])
-        return lambda: self.function(*arguments, written)
+        return lambda: self._run(*arguments, written)
 
     @property
     def _on_cpu(self) -> bool:
         return self.device.dlpack_device_type() == _CPU
+
+    def _run(self, *arguments: Any) -> None:
+        """The kernel called on ``arguments`` (its inputs, then its output); on the CPU, on a
+        thread whose pool has its workers in a process forked after this thread ran kernels
+        (``cpu_pool``)."""
+        if self._on_cpu:
+            cpu_pool.run(self.function, *arguments)
+        else:
+            self.function(*arguments)
 
     def _inputs(self, inputs: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
         """The arguments the kernel is called with for ``inputs``, and each one's TVM tensor."""
@@ -296,7 +305,8 @@ def load_network(path: str, device: str = "cpu", built_for: str = "") -> Callabl
         for position, given in enumerate(arrays):
             if _is_tensor(given):
                 _view(f"array {position} of the network", given, float32, where)
-        result = machine["main"](*(a if _is_tensor(a) else _from_host(np.asarray(a), float32, where) for a in arrays))
+        given = [a if _is_tensor(a) else _from_host(np.asarray(a), float32, where) for a in arrays]
+        result = cpu_pool.run(machine["main"], *given) if device == "cpu" else machine["main"](*given)
         return _library_result(tensors[0], result) if tensors else result.numpy()
 
     return run
