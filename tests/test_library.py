@@ -3,8 +3,11 @@ copied where the kernel cannot read them as they are, and on another library's t
 and written in place or refused in one line naming the input and the rule."""
 from __future__ import annotations
 
+import multiprocessing
+import pickle
 import re
 import threading
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pytest
@@ -190,3 +193,16 @@ def test_a_process_forked_after_its_parent_ran_the_kernel_runs_it_too(matmul, op
     assert in_a_child(lambda: in_a_child(from_the_forking_thread) == "right" and from_the_forking_thread()) == "right"
     _close(matmul(a, b), product)
 
+
+
+@pytest.mark.slow(seconds=8)
+def test_a_kernel_goes_to_a_process_pools_spawned_worker_and_back_whole(matmul, operands):
+    """Pickled, a kernel is its library's path, workload, device and target, loaded again (and
+    checked) where it is unpickled: a pool of spawned or forkserver workers (the default on macOS
+    and, from Python 3.14, on Linux) receives it so; TVM's functions themselves do not pickle."""
+    a, b, product = operands
+    again = pickle.loads(pickle.dumps(matmul))
+    assert (again.path, again.workload, again.built_for) == (matmul.path, matmul.workload, matmul.built_for)
+    _close(again(a, b), product)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        _close(pool.submit(matmul, a, b).result(timeout=300), product)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -154,6 +155,7 @@ def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_p
     np.testing.assert_allclose(run(*host), expected, rtol=1e-3, atol=1e-4)
     # and in a process forked after this thread ran it (``trial_code.cpu_pool``)
     assert in_a_child(lambda: bool(np.allclose(run(*host), expected, rtol=1e-3, atol=1e-4))) == "right"
+    np.testing.assert_allclose(pickle.loads(pickle.dumps(run))(*host), expected, rtol=1e-3, atol=1e-4)  # loaded again
     on_device = [tvm.runtime.tensor(np.asarray(a, np.float32)) for a in host]  # weights kept, read in place
     np.testing.assert_allclose(run(*on_device).numpy(), expected, rtol=1e-3, atol=1e-4)
     with pytest.raises(ValueError, match="^array 0 of the network must be float32, got float64$"):

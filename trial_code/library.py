@@ -59,6 +59,16 @@ class Kernel:
     function: Any
     device: Any
     signature: Signature
+    path: str
+    """The library it was loaded from (absolute, so a process that unpickles the kernel finds it)."""
+    built_for: str = ""
+    """The CUDA arch or CPU it was built for, where known (``load`` checks it against this machine)."""
+
+    def __reduce__(self) -> tuple[Callable[..., Kernel], tuple[str, Workload, str, str]]:
+        """Pickled as what ``load`` takes, and loaded again (and checked) where it is unpickled:
+        a process pool's worker (``multiprocessing``'s spawn and forkserver, the default on macOS
+        and, from Python 3.14, on Linux) receives a kernel so. TVM's functions do not pickle."""
+        return load, (self.path, self.workload, "cpu" if self._on_cpu else "cuda", self.built_for)
 
     def __call__(self, *inputs: Any, out: Any = None) -> Any:
         """The workload's output for ``inputs``, in the workload's shapes.
@@ -236,6 +246,11 @@ def check_library(path: str) -> None:
         raise ValueError(f"{path} is cut short ({size} bytes, its headers reach {max(ends)}): re-export the kernel")
 
 
+def _device(name: str) -> Any:
+    """TVM's device 0 of kind ``name`` ("cpu" or "cuda")."""
+    return tvm.cuda(0) if name == "cuda" else tvm.cpu(0)
+
+
 def load(path: str, workload: Workload, device: str = "cpu", built_for: str = "") -> Kernel:
     """The kernel of the library at ``path`` for ``workload``, on ``device`` ("cpu" or "cuda");
     ``built_for``, the CUDA arch or CPU it was built for where known (``Target.arch_name``), is
@@ -244,7 +259,7 @@ def load(path: str, workload: Workload, device: str = "cpu", built_for: str = ""
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
     check_runs_here(path, device, built_for)
     module = tvm.runtime.load_module(path)
-    return Kernel(workload, module["main"], tvm.cuda(0) if device == "cuda" else tvm.cpu(0), signature(workload))
+    return Kernel(workload, module["main"], _device(device), signature(workload), os.path.abspath(path), built_for)
 
 
 def check_runs_here(path: str, device: str, built_for: str) -> None:
@@ -284,29 +299,44 @@ def check_cpu(path: str, mcpu: str) -> None:
                          "stop with an illegal instruction): tune it again here")
 
 
-def load_network(path: str, device: str = "cpu", built_for: str = "") -> Callable[..., Any]:
-    """The whole network of the library at ``path``: a callable on the image, then the weights
-    and biases, that returns the network's output. As a kernel's call: NumPy arrays are
-    converted to float32 and copied where they cannot be read as they lie, and give a NumPy
-    array; tensors of another library are read in place under the same rules, and give a tensor
-    of the first one's library (so weights kept on the device are not copied at every call).
-    ``built_for`` is checked as ``load`` checks it."""
-    from tvm import relax
+@dataclass
+class Network:
+    """A whole network's library, loaded (``load_network``): called on the image, then the weights
+    and biases, it returns the network's output."""
 
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be cpu or cuda, got {device!r}")
-    where = tvm.cuda(0) if device == "cuda" else tvm.cpu(0)
-    check_runs_here(path, device, built_for)
-    machine = relax.VirtualMachine(tvm.runtime.load_module(path), where)
-    float32 = np.dtype(np.float32)
+    path: str
+    device: str
+    built_for: str
+    machine: Any
 
-    def run(*arrays: Any) -> Any:
+    def __call__(self, *arrays: Any) -> Any:
+        """As a kernel's call: NumPy arrays are converted to float32 and copied where they cannot
+        be read as they lie, and give a NumPy array; tensors of another library are read in place
+        under the same rules, and give a tensor of the first one's library (so weights kept on the
+        device are not copied at every call)."""
+        where, float32 = _device(self.device), np.dtype(np.float32)
         tensors = [a for a in arrays if _is_tensor(a)]
         for position, given in enumerate(arrays):
             if _is_tensor(given):
                 _view(f"array {position} of the network", given, float32, where)
         given = [a if _is_tensor(a) else _from_host(np.asarray(a), float32, where) for a in arrays]
-        result = cpu_pool.run(machine["main"], *given) if device == "cpu" else machine["main"](*given)
+        main = self.machine["main"]
+        result = cpu_pool.run(main, *given) if self.device == "cpu" else main(*given)
         return _library_result(tensors[0], result) if tensors else result.numpy()
 
-    return run
+    def __reduce__(self) -> tuple[Callable[..., Network], tuple[str, str, str]]:
+        """Pickled as what ``load_network`` takes, and loaded again where it is unpickled, as a
+        ``Kernel`` is."""
+        return load_network, (self.path, self.device, self.built_for)
+
+
+def load_network(path: str, device: str = "cpu", built_for: str = "") -> Network:
+    """The whole network of the library at ``path`` on ``device`` ("cpu" or "cuda"); ``built_for``
+    is checked as ``load`` checks it."""
+    from tvm import relax
+
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    check_runs_here(path, device, built_for)
+    machine = relax.VirtualMachine(tvm.runtime.load_module(path), _device(device))
+    return Network(os.path.abspath(path), device, built_for, machine)
