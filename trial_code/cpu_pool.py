@@ -19,21 +19,18 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-_ran_in: set[int] = set()
-"""The threads of this process that have run a CPU kernel (``run``), and so have a pool."""
-_stale_in: int | None = None
-"""The thread whose pool a fork left without workers, or None."""
+_thread = threading.local()
+"""Per thread of this process: ``ran`` once it has run a CPU kernel (``run``; it has a pool), and
+``stale`` once a fork left that pool without workers (in the child, the thread that forked)."""
 _stand_in: ThreadPoolExecutor | None = None
-"""The thread of this process that runs the kernels of ``_stale_in``, once one has run."""
+"""The thread of this process that runs the kernels of the stale thread, once one has run."""
 
 
 def _forked() -> None:
-    """In the child: the thread that forked has a pool without workers if it ran a kernel (or had
-    one so left by an earlier fork); no other thread or stand-in came along."""
-    global _stale_in, _stand_in
-    me = threading.get_ident()
-    _stale_in = me if me in _ran_in or me == _stale_in else None
-    _ran_in.clear()
+    """In the child, on the thread that forked: its pool has no workers if it ran a kernel (or had
+    one so left by an earlier fork); no stand-in came along."""
+    global _stand_in
+    _thread.stale = getattr(_thread, "ran", False) or getattr(_thread, "stale", False)
     _stand_in = None
 
 
@@ -43,9 +40,8 @@ os.register_at_fork(after_in_child=_forked)
 def run(kernel: Callable[..., Any], *arguments: Any) -> Any:
     """``kernel(*arguments)`` for a CPU kernel, on a thread whose pool has its workers."""
     global _stand_in
-    me = threading.get_ident()
-    if me != _stale_in:
-        _ran_in.add(me)
+    if not getattr(_thread, "stale", False):
+        _thread.ran = True
         return kernel(*arguments)
     if _stand_in is None:
         _stand_in = ThreadPoolExecutor(1, thread_name_prefix="cpu-kernels-after-fork")
