@@ -136,6 +136,15 @@ def test_a_tensor_the_kernel_cannot_use_in_place_is_one_value_error_naming_it_an
     np.testing.assert_array_equal(right.numpy(), b)
 
 
+def test_a_complex_array_for_a_real_kernel_is_one_value_error_naming_it(matmul, operands):
+    """Converted, it would lose its imaginary part, and the kernel answer for other values."""
+    a, b, _ = operands
+    with pytest.raises(ValueError, match="^input 1 of MM_small must be float32 or convert to it by NumPy's same-kind "
+                                         r"casting \(no complex number as a real, no float as an integer\), got "
+                                         "complex64: convert it yourself$"):
+        matmul(a, b + 1j)
+
+
 @pytest.mark.skipif(targets.cuda().has_device, reason="a GPU is visible")
 def test_a_cuda_kernel_where_no_gpu_is_visible_is_one_value_error_naming_it(tmp_path):
     """Where TVM would fail deep in its module loader (no CUDA runtime without a driver)."""

@@ -232,3 +232,28 @@ def test_a_reduction_whose_extent_is_an_expression_counts_its_greatest_window():
         terms = max(n for _, n in precision.stage_types(pooled))
         assert 9 <= terms <= 7 * 9 * 2
         assert precision.tolerance([x, pooled]).relative < 0.05
+
+
+def test_a_loaded_integer_kernel_refuses_arrays_whose_conversion_would_change_their_values(mixed, tmp_path):
+    """NumPy arrays are converted to the kernel's types only as NumPy's same-kind casting allows,
+    and integers narrowed only within range: a float or complex array, or 300 for an int8, is one
+    ValueError naming the input and the rule, where the conversion truncated, dropped the
+    imaginary part or wrapped 300 around to 44 and the kernel answered for other values."""
+    workload = mixed("matmul", inputs="int8", sums="int32", output="int32")
+    loaded = exported(workload, CPU, str(tmp_path / "k.so"))
+    rng = np.random.default_rng(0)
+    a, b = (rng.integers(-8, 8, shape).astype(np.int8) for shape in ((64, 128), (128, 64)))
+    expected = a.astype(np.int64) @ b
+    np.testing.assert_array_equal(loaded(a, b), expected)
+    np.testing.assert_array_equal(loaded(a.astype(np.int64), b.tolist()), expected)  # within int8: converted
+    wide = a.astype(np.int64)
+    wide[3, 5] = 300
+    refused = {
+        f"^input 0 of {workload.name} holds 300, outside int8's -128..127$": wide,
+        "^input 0 of .* must be int8 or convert to it by NumPy's same-kind casting .*, got float64: convert it "
+        "yourself$": a + 0.5,
+        "^input 0 of .* must be int8 .*, got complex128": a + 1j,
+    }
+    for message, given in refused.items():
+        with pytest.raises(ValueError, match=message):
+            loaded(given, b)

@@ -138,7 +138,7 @@ class Kernel:
             view = _view(what, given, dtype, self.device)
             host = np.from_dlpack(given, device="cpu") if ranges else None
         else:
-            host = np.asarray(given)
+            host = _keeping_values(what, np.asarray(given), dtype)
         for part in ranges:
             try:
                 part.check(host)
@@ -195,6 +195,23 @@ def _view(what: str, given: Any, dtype: np.dtype, device: Any) -> Any:
     if str(view.dtype) != str(dtype):
         raise ValueError(f"{what} must be {dtype}, got {view.dtype}")
     return view
+
+
+def _keeping_values(what: str, host: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``host``, where converting it to ``dtype`` keeps its values, else a ValueError naming
+    ``what`` and the rule: NumPy's same-kind casting (a wider float narrowed, an integer or a
+    bool taken as a float; no complex number as a real, no float as an integer), and an integer
+    narrowed only within the narrower type's range, where NumPy would wrap it around. (ml_dtypes
+    lets a complex number become a bfloat16 by same-kind casting; it is refused here too.)"""
+    if not np.can_cast(host.dtype, dtype, "same_kind") or (host.dtype.kind == "c" and dtype.kind != "c"):
+        raise ValueError(f"{what} must be {dtype} or convert to it by NumPy's same-kind casting (no complex number as "
+                         f"a real, no float as an integer), got {host.dtype}: convert it yourself")
+    if dtype.kind in "iu" and host.size and not np.can_cast(host.dtype, dtype, "safe"):
+        limits = np.iinfo(dtype)
+        outside = host[(host < limits.min) | (host > limits.max)]
+        if outside.size:
+            raise ValueError(f"{what} holds {outside[0]}, outside {dtype}'s {limits.min}..{limits.max}")
+    return host
 
 
 def _from_host(host: np.ndarray, dtype: np.dtype, device: Any) -> Any:
@@ -319,7 +336,9 @@ class Network:
         for position, given in enumerate(arrays):
             if _is_tensor(given):
                 _view(f"array {position} of the network", given, float32, where)
-        given = [a if _is_tensor(a) else _from_host(np.asarray(a), float32, where) for a in arrays]
+        given = [a if _is_tensor(a) else
+                 _from_host(_keeping_values(f"array {position} of the network", np.asarray(a), float32), float32, where)
+                 for position, a in enumerate(arrays)]
         main = self.machine["main"]
         result = cpu_pool.run(main, *given) if self.device == "cpu" else main(*given)
         return _library_result(tensors[0], result) if tensors else result.numpy()
