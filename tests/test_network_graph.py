@@ -160,6 +160,8 @@ def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_p
     np.testing.assert_allclose(run(*on_device).numpy(), expected, rtol=1e-3, atol=1e-4)
     with pytest.raises(ValueError, match="^array 0 of the network must be float32, got float64$"):
         run(tvm.runtime.tensor(np.asarray(host[0], np.float64)), *on_device[1:])
+    with pytest.raises(ValueError, match="^array 1 of the network must be float32 or convert to it by NumPy's same-kind"):
+        run(host[0], host[1] + 1j, *host[2:])
     written = json.loads((tmp_path / "out" / "network.json").read_text())
     assert written["whole_network_ms"] == best.whole_network_ms and written["latency_ms"] == best.latency_ms
     for field, value, message in (("library", "../network.so", "field 'library' must name a file next to network.json"),
