@@ -198,11 +198,12 @@ def _view(what: str, given: Any, dtype: np.dtype, device: Any) -> Any:
 
 
 def _keeping_values(what: str, host: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``host``, where converting it to ``dtype`` keeps its values, else a ValueError naming
-    ``what`` and the rule: NumPy's same-kind casting (a wider float narrowed, an integer or a
-    bool taken as a float; no complex number as a real, no float as an integer), and an integer
-    narrowed only within the narrower type's range, where NumPy would wrap it around. (ml_dtypes
-    lets a complex number become a bfloat16 by same-kind casting; it is refused here too.)"""
+    """``host``, unless its conversion to ``dtype`` would change its values by more than a float's
+    narrowing does: then a ValueError naming ``what`` and the rule, NumPy's same-kind casting (a
+    wider float narrowed, an integer or a bool taken as a float; no complex number as a real, no
+    float as an integer), and an integer narrowed only within the narrower type's range, where
+    NumPy would wrap it around. (ml_dtypes lets a complex number become a bfloat16 by same-kind
+    casting; it is refused here too.)"""
     if not np.can_cast(host.dtype, dtype, "same_kind") or (host.dtype.kind == "c" and dtype.kind != "c"):
         raise ValueError(f"{what} must be {dtype} or convert to it by NumPy's same-kind casting (no complex number as "
                          f"a real, no float as an integer), got {host.dtype}: convert it yourself")
