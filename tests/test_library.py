@@ -136,13 +136,18 @@ def test_a_tensor_the_kernel_cannot_use_in_place_is_one_value_error_naming_it_an
     np.testing.assert_array_equal(right.numpy(), b)
 
 
-def test_a_complex_array_for_a_real_kernel_is_one_value_error_naming_it(matmul, operands):
-    """Converted, it would lose its imaginary part, and the kernel answer for other values."""
-    a, b, _ = operands
+def test_a_complex_or_masked_array_is_one_value_error_naming_it(matmul, operands):
+    """Converted, a complex array would lose its imaginary part and a masked one its mask, and the
+    kernel answer for other values; a masked array with nothing masked is its data."""
+    a, b, product = operands
     with pytest.raises(ValueError, match="^input 1 of MM_small must be float32 or convert to it by NumPy's same-kind "
                                          r"casting \(no complex number as a real, no float as an integer\), got "
                                          "complex64: convert it yourself$"):
         matmul(a, b + 1j)
+    with pytest.raises(ValueError, match="^input 0 of MM_small has masked values, which the kernel would read as any "
+                                         r"other: pass its filled\(\) array or its data$"):
+        matmul(np.ma.masked_greater(a, 2.0), b)
+    _close(matmul(np.ma.masked_array(a, mask=False), b), product)
 
 
 @pytest.mark.skipif(targets.cuda().has_device, reason="a GPU is visible")

@@ -138,7 +138,7 @@ class Kernel:
             view = _view(what, given, dtype, self.device)
             host = np.from_dlpack(given, device="cpu") if ranges else None
         else:
-            host = _keeping_values(what, np.asarray(given), dtype)
+            host = _keeping_values(what, given, dtype)
         for part in ranges:
             try:
                 part.check(host)
@@ -197,13 +197,18 @@ def _view(what: str, given: Any, dtype: np.dtype, device: Any) -> Any:
     return view
 
 
-def _keeping_values(what: str, host: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``host``, unless its conversion to ``dtype`` would change its values by more than a float's
-    narrowing does: then a ValueError naming ``what`` and the rule, NumPy's same-kind casting (a
-    wider float narrowed, an integer or a bool taken as a float; no complex number as a real, no
-    float as an integer), and an integer narrowed only within the narrower type's range, where
-    NumPy would wrap it around. (ml_dtypes lets a complex number become a bfloat16 by same-kind
-    casting; it is refused here too.)"""
+def _keeping_values(what: str, given: Any, dtype: np.dtype) -> np.ndarray:
+    """``given`` as a NumPy array, unless its conversion to ``dtype`` would change its values by
+    more than a float's narrowing does: then a ValueError naming ``what`` and the rule, NumPy's
+    same-kind casting (a wider float narrowed, an integer or a bool taken as a float; no complex
+    number as a real, no float as an integer), an integer narrowed only within the narrower
+    type's range, where NumPy would wrap it around, and no masked value, which the array's data
+    holds as any other. (ml_dtypes lets a complex number become a bfloat16 by same-kind casting;
+    it is refused here too.)"""
+    if np.ma.is_masked(given):
+        raise ValueError(f"{what} has masked values, which the kernel would read as any other: pass its filled() "
+                         "array or its data")
+    host = np.asarray(given)
     if not np.can_cast(host.dtype, dtype, "same_kind") or (host.dtype.kind == "c" and dtype.kind != "c"):
         raise ValueError(f"{what} must be {dtype} or convert to it by NumPy's same-kind casting (no complex number as "
                          f"a real, no float as an integer), got {host.dtype}: convert it yourself")
@@ -338,7 +343,7 @@ class Network:
             if _is_tensor(given):
                 _view(f"array {position} of the network", given, float32, where)
         given = [a if _is_tensor(a) else
-                 _from_host(_keeping_values(f"array {position} of the network", np.asarray(a), float32), float32, where)
+                 _from_host(_keeping_values(f"array {position} of the network", a, float32), float32, where)
                  for position, a in enumerate(arrays)]
         main = self.machine["main"]
         result = cpu_pool.run(main, *given) if self.device == "cpu" else main(*given)
