@@ -83,7 +83,7 @@ class Kernel:
         tensors = any(_is_tensor(x) for x in (*inputs, out))
         arguments, views = self._inputs(inputs)
         written, in_place = self._output(out, tensors, views)
-        self._run(*arguments, out if tensors and out is not None else written)
+        _run(self.function, self._on_cpu, *arguments, out if tensors and out is not None else written)
         if tensors:
             return out if out is not None else _library_result(next(x for x in inputs if _is_tensor(x)), written)
         self.device.sync()
@@ -98,20 +98,11 @@ class Kernel:
         ``self.device.sync`` waits for it."""
         arguments, _ = self._inputs(inputs)
         written, _ = self._output(None, False, [])
-        return lambda: self._run(*arguments, written)
+        return lambda: _run(self.function, self._on_cpu, *arguments, written)
 
     @property
     def _on_cpu(self) -> bool:
         return self.device.dlpack_device_type() == _CPU
-
-    def _run(self, *arguments: Any) -> None:
-        """The kernel called on ``arguments`` (its inputs, then its output); on the CPU, on a
-        thread whose pool has its workers in a process forked after this thread ran kernels
-        (``cpu_pool``)."""
-        if self._on_cpu:
-            cpu_pool.run(self.function, *arguments)
-        else:
-            self.function(*arguments)
 
     def _inputs(self, inputs: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
         """The arguments the kernel is called with for ``inputs``, and each one's TVM tensor."""
@@ -178,6 +169,12 @@ class Kernel:
         if not tensors:
             return new()
         raise ValueError(f"{what} shares memory with input {shared}: the kernel would overwrite what it still reads")
+
+
+def _run(function: Any, on_cpu: bool, *arguments: Any) -> Any:
+    """A library's ``function`` called on ``arguments``; on the CPU, on a thread whose TVM pool
+    has its workers in a process forked after this thread ran kernels (``cpu_pool``)."""
+    return cpu_pool.run(function, *arguments) if on_cpu else function(*arguments)
 
 
 def _view(what: str, given: Any, dtype: np.dtype, device: Any) -> Any:
@@ -345,8 +342,7 @@ class Network:
         given = [a if _is_tensor(a) else
                  _from_host(_keeping_values(f"array {position} of the network", a, float32), float32, where)
                  for position, a in enumerate(arrays)]
-        main = self.machine["main"]
-        result = cpu_pool.run(main, *given) if self.device == "cpu" else main(*given)
+        result = _run(self.machine["main"], self.device == "cpu", *given)
         return _library_result(tensors[0], result) if tensors else result.numpy()
 
     def __reduce__(self) -> tuple[Callable[..., Network], tuple[str, str, str]]:
