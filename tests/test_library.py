@@ -124,7 +124,12 @@ def test_a_tensor_the_kernel_cannot_use_in_place_is_one_value_error_naming_it_an
             lambda: matmul(tvm.runtime.tensor(a[:128]), right),
         "^out of MM_small must be a tensor where an input is one, and a NumPy array where they are NumPy arrays, "
         "got ndarray$": lambda: matmul(a, right, out=np.empty((256, 256), np.float32)),
-        "^out of MM_small must be a writable NumPy array of float32$": lambda: matmul(a, b, out=np.empty((256, 256))),
+        "^out of MM_small must be a writable NumPy array of float32, got float64$":
+            lambda: matmul(a, b, out=np.empty((256, 256))),
+        r"^out of MM_small must be a writable NumPy array of float32, got >f4 \(a float32 of the other byte order\)$":
+            lambda: matmul(a, b, out=np.empty((256, 256), ">f4")),
+        "^out of MM_small must be a writable NumPy array of float32, got a read-only array$":
+            lambda: matmul(a, b, out=np.broadcast_to(np.float32(0), (256, 256))),
         "^out of MM_small shares memory with input 1: the kernel would overwrite what it still reads$":
             lambda: matmul(a, right, out=right),
         "^MM_small takes 2 arrays, got 1$": lambda: matmul(right),

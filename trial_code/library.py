@@ -158,8 +158,8 @@ class Kernel:
         if tensors != _is_tensor(out):
             raise ValueError(f"{what} must be a tensor where an input is one, and a NumPy array where they are "
                              f"NumPy arrays, got {type(out).__name__}")
-        if not tensors and (not isinstance(out, np.ndarray) or out.dtype != dtype or not out.flags.writeable):
-            raise ValueError(f"{what} must be a writable NumPy array of {dtype}")
+        if not tensors and (problem := _not_writable_as(out, dtype)):
+            raise ValueError(f"{what} must be a writable NumPy array of {dtype}, got {problem}")
         if not tensors and not (self._on_cpu and _in_place(out, dtype)):
             return new()
         written = _view(what, out, dtype, self.device) if tensors else tvm.runtime.from_dlpack(out)
@@ -169,6 +169,17 @@ class Kernel:
         if not tensors:
             return new()
         raise ValueError(f"{what} shares memory with input {shared}: the kernel would overwrite what it still reads")
+
+
+def _not_writable_as(out: Any, dtype: np.dtype) -> str:
+    """What keeps a NumPy ``out`` from receiving a result of ``dtype`` ("" when nothing does): the
+    caller is told what it passed, a big-endian float32 (``>f4``) included, which prints alike."""
+    if not isinstance(out, np.ndarray):
+        return type(out).__name__
+    if out.dtype != dtype:
+        swapped = out.dtype.newbyteorder() == dtype
+        return f"{out.dtype.str} (a {out.dtype.name} of the other byte order)" if swapped else str(out.dtype)
+    return "" if out.flags.writeable else "a read-only array"
 
 
 def _run(function: Any, on_cpu: bool, *arguments: Any) -> Any:
