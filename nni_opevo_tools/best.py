@@ -50,6 +50,9 @@ class Best:
     """Whether the winner beat the runner-up beyond noise (``remeasure.separation``), or null."""
     library: str | None = None
     """The file (next to best.json) holding the compiled kernel, which ``load_kernel`` loads."""
+    arguments: list[dict[str, Any]] | None = None
+    """The DLTensors the library's ``main`` takes, inputs then output (``library.arguments``):
+    what a program in another language needs to call it (``examples/cpp/call_kernel.cc``)."""
 
     @property
     def tflops(self) -> float:

@@ -172,6 +172,8 @@ def _export(folder: str, options: Options, database: ExperimentDatabase, out: st
     best_source = os.path.join(out, "best" + os.path.splitext(source)[1])
     copy_file(source, best_source)
     copy_file(library_of(source), os.path.join(out, "best.so"))
+    from trial_code import library  # TVM: loaded only once there is a kernel to describe
+
     vendor = versus_vendor(os.path.join(out, "best.so"), workload, target, options) if measured else None
     ranking = [{"parameter_id": t.parameter_id, "reported_tflops": t.value,
                 "remeasured_tflops": r.tflops if r.repeats_ms else None, "status": r.status.name} for t, r, _ in rows]
@@ -180,7 +182,7 @@ def _export(folder: str, options: Options, database: ExperimentDatabase, out: st
                 parameters=trial.parameters, reported=trial.result, remeasured=summary(result),
                 not_remeasured=None if measured else "no CUDA device is visible here",
                 source=os.path.basename(best_source), ranking=ranking,
-                anchor=vendor.to_json() if vendor else None, library="best.so",
+                anchor=vendor.to_json() if vendor else None, library="best.so", arguments=library.arguments(workload),
                 separation=separation(rows, result) if measured else None)
     best.write(out)
     with open(os.path.join(out, "top_k.md"), "w") as handle:

@@ -999,7 +999,8 @@ def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
     """``nni-opevo launch --operator myops:NAME --shape ... --target cpu`` for each example, from a
     folder holding only the operators' module (as docs/your-operator.md does it), two at a time:
     each experiment ends, its winner is re-measured and exported, and its library, loaded by
-    ``load_kernel``, computes what the example's reference computes."""
+    ``load_kernel``, computes what the example's reference computes, and called from C++ with
+    best.json's ``arguments`` (``examples/cpp``), the same values."""
     shutil.copy(ROOT / "examples" / "operators.py", tmp_path / "myops.py")
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
     # A HOME each: nnictl's registry of experiments in ~/nni-experiments is not safe to write at once.
@@ -1020,6 +1021,9 @@ def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
     # two at a time missed it once on a loaded machine, and the launcher now starts such an experiment again.
     with ThreadPoolExecutor(2) as pool:
         runs = list(pool.map(tune, SMALL))
+    program = tmp_path / "call_kernel"  # each export called from C++ too, as examples/cpp builds it
+    subprocess.run(["bash", str(ROOT / "examples" / "cpp" / "build.sh"), str(program)], check=True, timeout=300,
+                   env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
     experiments = [launched_id(out.stdout) for _, out in runs]
     sys.path.insert(0, str(tmp_path))
     try:
@@ -1046,6 +1050,12 @@ def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
                                       for x in inputs))
             allowed = precision.tolerance([*op.inputs, op.output]).relative
             np.testing.assert_allclose(loaded(*inputs), expected, rtol=allowed, atol=1e-4)
+            files = [str(tmp_path / f"{name}-{position}.bin") for position in range(len(inputs) + 1)]
+            for values, file in zip(inputs, files):
+                values.tofile(file)
+            called = subprocess.run([str(program), str(folder), *files], capture_output=True, text=True, timeout=120)
+            assert called.returncode == 0, called.stderr
+            np.testing.assert_array_equal(np.fromfile(files[-1], loaded(*inputs).dtype), loaded(*inputs).ravel())
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("myops", None)

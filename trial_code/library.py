@@ -28,6 +28,7 @@ import numpy as np
 from . import cpu_pool, targets
 from .kernel import tvm  # through kernel: TVM's CPU threads sized to this process's cores first
 from .measure import Signature, signature
+from .templates import for_workload
 from .workloads import Workload
 
 _CPU, _CUDA = 1, 2
@@ -275,6 +276,22 @@ def check_library(path: str) -> None:
         ends.append(offset + filesz)
     if max(ends) > size or len(tables) != phentsize * phnum:
         raise ValueError(f"{path} is cut short ({size} bytes, its headers reach {max(ends)}): re-export the kernel")
+
+
+def arguments(workload: Workload) -> list[dict[str, Any]]:
+    """How a program in any language calls a library's ``main``: its DLTensor arguments in order,
+    each input and then the output, by name, shape and type (best.json's ``arguments``), and for an
+    input that indexes a tensor the positions it may hold (``positions``: the range, the axis it
+    indexes, and the part of the input it bounds, ``where``: per axis a position or null for all;
+    empty for the whole input), outside of which the kernel reads past the tensor."""
+    tensors = for_workload(workload).compute(workload)
+    ranges = signature(workload).ranges
+    described = [{"name": t.op.name, "shape": [int(d) for d in t.shape], "dtype": str(t.dtype)} for t in tensors]
+    for entry, bound in zip(described, ranges):
+        if bound:
+            entry["positions"] = [{"low": r.low, "high": r.high, "indexes": r.indexes, "where": list(r.where)}
+                                  for r in bound]
+    return described
 
 
 def _device(name: str) -> Any:
