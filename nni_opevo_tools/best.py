@@ -53,6 +53,9 @@ class Best:
     arguments: list[dict[str, Any]] | None = None
     """The DLTensors the library's ``main`` takes, inputs then output (``library.arguments``):
     what a program in another language needs to call it (``examples/cpp/call_kernel.cc``)."""
+    computation: str | None = None
+    """A digest of the workload's TE computation when it was exported (``library.computation``):
+    ``load_kernel`` refuses the library where the operator now computes otherwise."""
 
     @property
     def tflops(self) -> float:
@@ -166,6 +169,9 @@ def load_kernel(folder: str) -> Any:
         device, built_for = device_of(best.target)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: its workload or target cannot be read ({type(e).__name__}: {e})") from None
+    if best.computation is not None and best.computation != library.computation(workload):
+        raise ValueError(f"{path}: {workload.name} computes otherwise than when its kernel was exported (its TE "
+                         f"computation changed): export it again")
     return library.load(os.path.join(os.path.dirname(path), best.library), workload, device, built_for)
 
 

@@ -4,10 +4,14 @@ and written in place or refused in one line naming the input and the rule."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 import re
+import subprocess
+import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +22,7 @@ from trial_code import library, targets, workloads
 from trial_code.kernel import tvm
 
 CPU = targets.cpu()
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -225,3 +230,46 @@ def test_a_kernel_goes_to_a_process_pools_spawned_worker_and_back_whole(matmul, 
     _close(again(a, b), product)
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         _close(pool.submit(matmul, a, b).result(timeout=300), product)
+
+
+_EDITED = '''
+from tvm import te
+from trial_code.operators import Operator
+
+def combine(n=64):
+    a, b = te.placeholder((n,), "float32", name="A"), te.placeholder((n,), "float32", name="B")
+    return Operator([a, b], te.compute((n,), lambda i: a[i] {} b[i], name="Y"), flops=n)
+'''
+
+
+def test_an_operator_edited_since_its_export_is_refused_by_load_kernel(tmp_path, monkeypatch):
+    """best.json keeps a digest of the operator's TE computation (``library.computation``): a
+    program that loads the export after the operator was changed to compute something else, of
+    the same shapes and types, gets one ValueError instead of the old kernel's answers."""
+    from nni_opevo_tools.best import Best
+
+    (tmp_path / "edited_ops.py").write_text(_EDITED.format("+"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    workload = workloads.make("operator", operator="edited_ops:combine", n=64)
+    folder = tmp_path / "export"
+    folder.mkdir()
+    exported(workload, CPU, str(folder / "best.so"))
+    Best(experiment="e", trial_command="", workload=workload.to_json(), target=CPU.to_json(), parameter_id=0,
+         parameters={}, reported=None, remeasured=None, not_remeasured="made by the test", source=None, ranking=[],
+         library="best.so", computation=library.computation(workload)).write(str(folder))
+    program = ("import numpy as np\nfrom nni_opevo_tools.best import load_kernel\n"
+               f"try:\n    k = load_kernel({str(folder)!r})\n"
+               "    print('SUM', k(np.ones(64, np.float32), np.full(64, 2, np.float32))[0])\n"
+               "except ValueError as e:\n    print('REFUSED', e)\n")
+
+    def load() -> str:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+        done = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert load() == "SUM 3.0"
+    (tmp_path / "edited_ops.py").write_text(_EDITED.format("*"))
+    assert load() == (f"REFUSED {folder / 'best.json'}: {workload.name} computes otherwise than when its kernel was "
+                      "exported (its TE computation changed): export it again")

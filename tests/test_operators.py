@@ -1034,6 +1034,7 @@ def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
             folder = homes[name] / "nni-experiments" / str(experiment) / "export"
             best = best_json.read(str(folder / "best.json"))
             assert best.workload["shape"]["operator"] == f"myops:{name}" and best.remeasured["repeats"] == 3
+            assert best.computation is not None and best.computation.startswith("sha256:")
             cwd = os.getcwd()
             os.chdir(tmp_path)
             try:

@@ -16,6 +16,7 @@ was built for, and on the CPU only on one that has the instructions of the CPU i
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 import sys
@@ -292,6 +293,14 @@ def arguments(workload: Workload) -> list[dict[str, Any]]:
             entry["positions"] = [{"low": r.low, "high": r.high, "indexes": r.indexes, "where": list(r.where)}
                                   for r in bound]
     return described
+
+
+def computation(workload: Workload) -> str:
+    """A digest of ``workload``'s TE computation as TVM writes it out (``te.create_prim_func``):
+    best.json keeps the exported kernel's, and ``load_kernel`` refuses a library whose operator
+    computes otherwise now (a user's operator edited since), which it would run unawares."""
+    text = tvm.te.create_prim_func(for_workload(workload).compute(workload)).script()
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def _device(name: str) -> Any:
