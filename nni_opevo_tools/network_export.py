@@ -68,6 +68,9 @@ class NetworkBest:
     library: str | None = None
     """The file (next to network.json) holding the whole network built with these kernels
     (``trial_code.library.load_network``), where it could be built."""
+    arguments: list[dict[str, Any]] | None = None
+    """The tensors its ``main`` takes, then the one it returns (``graph.arguments``), with the library:
+    what a program in another language needs to call it (``examples/cpp/call_kernel.cc``)."""
 
     @property
     def latency_ms(self) -> float | None:
@@ -190,8 +193,11 @@ def export(folder: str, database: ExperimentDatabase, trial_args: argparse.Names
     whole, error = _whole_network(network, layers, target, limits, library) if measured else (None, "")
     if target.kind == "llvm" and built_for:
         target = targets.Target(**{**target.to_json(), "mcpu": built_for})
+    from trial_code.networks import graph as network_graph  # TVM's Relax: only once there is a network to describe
+
     best = NetworkBest(os.path.basename(os.path.normpath(folder)), network, target.to_json(), layers, whole, error,
-                       "network.so" if whole is not None else None)
+                       "network.so" if whole is not None else None,
+                       network_graph.arguments(network) if whole is not None else None)
     best.write(out)
     return best
 

@@ -1,7 +1,8 @@
 """An export's kernel called from C++ (``examples/cpp/call_kernel.cc``, built by its
 ``build.sh`` against the installed TVM FFI and runtime): best.json's ``arguments`` tell it the
 DLTensors ``main`` takes, and it computes what ``load_kernel`` computes, bit for bit, or refuses
-in one line."""
+in one line. A whole network's export is called the same way in
+``tests/test_network_graph.py``."""
 from __future__ import annotations
 
 import json
@@ -86,7 +87,7 @@ def test_a_cpp_program_refuses_what_it_cannot_call_in_one_line(program, tmp_path
     _export(workloads.lookup("MM_small"), folder)
     a = np.zeros((256, 256), np.float32)
     cases = {
-        "call_kernel: the kernel takes 2 inputs and an output: give 3 files, got 2": [a],
+        "call_kernel: the kernel takes 2 inputs and gives an output: give 3 files, got 2": [a],
         f"call_kernel: input B ({folder / 'in1.bin'}) must hold 262144 bytes (float32 of its shape), got 131072":
             [a, a.astype(np.float16)],
     }
@@ -97,7 +98,14 @@ def test_a_cpp_program_refuses_what_it_cannot_call_in_one_line(program, tmp_path
     (folder / "best.json").write_text(json.dumps({**best, "target": {**best["target"], "kind": "cuda"}}))
     done = _call(program, folder, [a, a])
     assert (done.returncode, done.stderr) == (2, f"call_kernel: {folder} holds a kernel built for cuda; this program "
-                                                 "calls CPU kernels\n")
+                                                 "calls CPU ones\n")
+    network = tmp_path / "network"  # a network's export whose network could not be built whole
+    network.mkdir()
+    (network / "network.json").write_text(json.dumps({"schema": "nni-opevo/network/1", "target": best["target"],
+                                                      "library": None, "arguments": best["arguments"]}))
+    done = _call(program, network, [a, a])
+    assert (done.returncode, done.stderr) == (2, f"call_kernel: {network / 'network.json'} names no library: the "
+                                                 "network could not be built where it was exported\n")
     (folder / "best.json").write_text(json.dumps({key: value for key, value in best.items() if key != "arguments"}))
     done = _call(program, folder, [a, a])
     assert (done.returncode, done.stderr) == (2, f"call_kernel: {folder / 'best.json'} has no field 'arguments': "

@@ -1,11 +1,13 @@
-// An nni-opevo export's kernel called from C++, as a program that deploys it does.
+// An nni-opevo export's kernel, or whole network, called from C++ as a program that deploys it does.
 //
 //   bash examples/cpp/build.sh                            # builds examples/cpp/call_kernel
 //   examples/cpp/call_kernel EXPORT IN... OUT [--repeat N]
 //
 // EXPORT is the folder `nni-opevo export` (or `launch`) wrote: best.json names the library
 // (best.so) and the DLTensors its function `main` takes (`arguments`: each input, then the
-// output, by name, shape and type). Each IN holds an input's values, OUT receives the output's:
+// output, by name, shape and type); a whole network's network.json names network.so, whose
+// `main` (in TVM's Relax virtual machine) takes the image and every weight and bias and returns
+// the output. Each IN holds an input's values, OUT receives the output's:
 // raw, in C order, as NumPy's `tofile` writes them. The tensors are allocated 64-byte aligned,
 // which TVM's CPU kernels assume (their aligned vector loads fault on a buffer that is not), and
 // an input that indexes a tensor is held to its `positions` before the call, since the kernel
@@ -144,21 +146,27 @@ int Run(int argc, char** argv) {
     }
   }
   if (files.size() < 2) throw Refusal("usage: call_kernel EXPORT IN... OUT [--repeat N]");
-  const std::string folder = files[0], path = folder + "/best.json";
+  const std::string folder = files[0];
+  // A kernel's export holds best.json; a whole network's, network.json (its main returns the output).
+  const bool network = !std::ifstream(folder + "/best.json") && std::ifstream(folder + "/network.json");
+  const std::string path = folder + (network ? "/network.json" : "/best.json");
+  const std::string noun = network ? "network" : "kernel";
   ffi::String error;
   json::Value parsed = json::Parse(ReadFile(path), &error);
   if (!error.empty()) throw Refusal(path + " is not JSON (" + std::string(error) + "): export it again");
   auto best = parsed.cast<json::Object>();
   auto kind = std::string(Field(Field(best, "target", path).cast<json::Object>(), "kind", path).cast<ffi::String>());
-  if (kind != "llvm") throw Refusal(folder + " holds a kernel built for " + kind + "; this program calls CPU kernels");
+  if (kind != "llvm") throw Refusal(folder + " holds a " + noun + " built for " + kind + "; this program calls CPU ones");
+  auto library_name = Field(best, "library", path);
+  if (library_name == nullptr) throw Refusal(path + " names no library: the " + noun + " could not be built where it was exported");
   std::vector<Argument> arguments = ReadArguments(best, path);
   if (files.size() - 1 != arguments.size()) {
-    throw Refusal("the kernel takes " + std::to_string(arguments.size() - 1) + " inputs and an output: give " +
+    throw Refusal("the " + noun + " takes " + std::to_string(arguments.size() - 1) + " inputs and gives an output: give " +
                   std::to_string(arguments.size()) + " files, got " + std::to_string(files.size() - 1));
   }
 
-  std::vector<ffi::Tensor> tensors;
-  for (size_t i = 0; i < arguments.size(); ++i) {
+  std::vector<ffi::Tensor> tensors;  // the inputs, then (a kernel's) the output it writes
+  for (size_t i = 0; i + (network ? 1 : 0) < arguments.size(); ++i) {
     const Argument& argument = arguments[i];
     ffi::Tensor tensor = ffi::Tensor::FromNDAlloc(AlignedAlloc(), ffi::ShapeView(argument.shape.data(),
                                                   argument.shape.size()), argument.dtype, DLDevice{kDLCPU, 0});
@@ -177,19 +185,23 @@ int Run(int argc, char** argv) {
     tensors.push_back(tensor);
   }
 
-  ffi::Module library = ffi::Module::LoadFromFile(
-      folder + "/" + std::string(Field(best, "library", path).cast<ffi::String>()));
+  ffi::Module library = ffi::Module::LoadFromFile(folder + "/" + std::string(library_name.cast<ffi::String>()));
+  if (network) {  // a Relax virtual machine on the CPU, with TVM's pooled allocator (as Python's VirtualMachine)
+    constexpr int kPooledAllocator = 2;
+    library = library->GetFunction("vm_load_executable").value()().cast<ffi::Module>();
+    library->GetFunction("vm_initialization").value()(static_cast<int>(kDLCPU), 0, kPooledAllocator);
+  }
   ffi::Function main_function = library->GetFunction("main").value();
   std::vector<ffi::AnyView> views(tensors.begin(), tensors.end());
   auto call = [&]() {
     ffi::Any result;
     main_function.CallPacked(views.data(), static_cast<int32_t>(views.size()), &result);
+    return network ? result.cast<ffi::Tensor>() : tensors.back();
   };
-  call();
-
-  const ffi::Tensor& output = tensors.back();
+  const ffi::Tensor output = call();
+  const size_t bytes = ffi::GetDataSize(*output.GetDLTensorPtr());
   std::ofstream out(files.back(), std::ios::binary);
-  out.write(static_cast<const char*>(output.GetDLTensorPtr()->data), ffi::GetDataSize(*output.GetDLTensorPtr()));
+  out.write(static_cast<const char*>(output.GetDLTensorPtr()->data), bytes);
   if (!out) throw Refusal("cannot write " + files.back());
   if (repeat > 0) {
     std::vector<double> seconds;

@@ -170,6 +170,15 @@ def input_shapes(network: str) -> list[tuple[int, ...]]:
     return [tuple(int(d) for d in p.ty.shape) for p in module(network, None)["main"].params]
 
 
+def arguments(network: str) -> list[dict[str, Any]]:
+    """What the whole network's ``main`` takes and gives, as a program in any language passes it
+    (network.json's ``arguments``, as best.json's for a kernel): the image, every weight and bias
+    (``input_shapes``), each by name, shape and type, then the output it returns."""
+    main = module(network, None)["main"]
+    return [{"name": name, "shape": [int(d) for d in ty.shape], "dtype": str(ty.dtype)}
+            for name, ty in [*((str(p), p.ty) for p in main.params), ("output", main.ret_ty)]]
+
+
 def module(network: str, kernels: dict[str, Any] | None) -> Any:
     """The Relax IRModule of ``network`` calling ``kernels`` (layer -> scheduled PrimFunc), or,
     with None, Relax's own operators throughout (the reference)."""
