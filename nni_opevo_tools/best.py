@@ -53,6 +53,10 @@ class Best:
     arguments: list[dict[str, Any]] | None = None
     """The DLTensors the library's ``main`` takes, inputs then output (``library.arguments``):
     what a program in another language needs to call it (``examples/cpp/call_kernel.cc``)."""
+    instructions: list[str] | None = None
+    """The /proc/cpuinfo flags a CPU must report to run the library (``library.instruction_flags``),
+    or null where unknown (a GPU's): a program in another language checks them before the call,
+    which would stop with an illegal instruction."""
     computation: str | None = None
     """A digest of the workload's TE computation when it was exported (``library.computation``):
     ``load_kernel`` refuses the library where the operator now computes otherwise."""

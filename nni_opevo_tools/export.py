@@ -183,7 +183,7 @@ def _export(folder: str, options: Options, database: ExperimentDatabase, out: st
                 not_remeasured=None if measured else "no CUDA device is visible here",
                 source=os.path.basename(best_source), ranking=ranking,
                 anchor=vendor.to_json() if vendor else None, library="best.so", arguments=library.arguments(workload),
-                computation=library.computation(workload),
+                computation=library.computation(workload), instructions=library.instruction_flags(target.to_json()),
                 separation=separation(rows, result) if measured else None)
     best.write(out)
     with open(os.path.join(out, "top_k.md"), "w") as handle:

@@ -71,6 +71,8 @@ class NetworkBest:
     arguments: list[dict[str, Any]] | None = None
     """The tensors its ``main`` takes, then the one it returns (``graph.arguments``), with the library:
     what a program in another language needs to call it (``examples/cpp/call_kernel.cc``)."""
+    instructions: list[str] | None = None
+    """The /proc/cpuinfo flags a CPU must report to run the library, as best.json's."""
 
     @property
     def latency_ms(self) -> float | None:
@@ -193,11 +195,13 @@ def export(folder: str, database: ExperimentDatabase, trial_args: argparse.Names
     whole, error = _whole_network(network, layers, target, limits, library) if measured else (None, "")
     if target.kind == "llvm" and built_for:
         target = targets.Target(**{**target.to_json(), "mcpu": built_for})
-    from trial_code.networks import graph as network_graph  # TVM's Relax: only once there is a network to describe
+    from trial_code.library import instruction_flags  # TVM: only once there is a network to describe
+    from trial_code.networks import graph as network_graph
 
+    built = whole is not None
     best = NetworkBest(os.path.basename(os.path.normpath(folder)), network, target.to_json(), layers, whole, error,
-                       "network.so" if whole is not None else None,
-                       network_graph.arguments(network) if whole is not None else None)
+                       "network.so" if built else None, network_graph.arguments(network) if built else None,
+                       instruction_flags(target.to_json()) if built else None)
     best.write(out)
     return best
 

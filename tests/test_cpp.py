@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from feasible import exported
 
-from trial_code import library, targets, workloads
+from trial_code import kernel, library, targets, workloads
 from trial_code.library import Kernel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,12 +33,14 @@ def program(tmp_path_factory: pytest.TempPathFactory) -> str:
 def _export(workload: workloads.Workload, folder: Path) -> Kernel:
     """A built configuration of ``workload`` in ``folder`` as an export lays it out: best.so, and
     the fields of best.json a program in another language reads (the library, the target, the
-    arguments)."""
+    arguments, the instructions), as the export writes them."""
     folder.mkdir()
-    kernel = exported(workload, CPU, str(folder / "best.so"))
+    loaded = exported(workload, CPU, str(folder / "best.so"))
+    built_for = kernel.for_host(CPU).to_json()
     (folder / "best.json").write_text(json.dumps({"schema": "nni-opevo/best/2", "library": "best.so",
-                                                  "target": CPU.to_json(), "arguments": library.arguments(workload)}))
-    return kernel
+                                                  "target": built_for, "arguments": library.arguments(workload),
+                                                  "instructions": library.instruction_flags(built_for)}))
+    return loaded
 
 
 def _call(program: str, folder: Path, inputs: list[np.ndarray]) -> subprocess.CompletedProcess:
@@ -99,6 +101,11 @@ def test_a_cpp_program_refuses_what_it_cannot_call_in_one_line(program, tmp_path
     done = _call(program, folder, [a, a])
     assert (done.returncode, done.stderr) == (2, f"call_kernel: {folder} holds a kernel built for cuda; this program "
                                                  "calls CPU ones\n")
+    (folder / "best.json").write_text(json.dumps({**best, "instructions": [*best["instructions"], "avx1024"]}))
+    done = _call(program, folder, [a, a])
+    assert (done.returncode, done.stderr) == (2, f"call_kernel: {folder} was built for a CPU with avx1024, which this "
+                                                 "CPU lacks (its code would stop with an illegal instruction): tune "
+                                                 "it again here\n")
     network = tmp_path / "network"  # a network's export whose network could not be built whole
     network.mkdir()
     (network / "network.json").write_text(json.dumps({"schema": "nni-opevo/network/1", "target": best["target"],

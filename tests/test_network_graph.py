@@ -170,6 +170,7 @@ def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_p
     assert written["whole_network_ms"] == best.whole_network_ms and written["latency_ms"] == best.latency_ms
     # and from C++ (examples/cpp), with network.json's arguments: the same output, bit for bit
     assert [a["shape"] for a in written["arguments"]] == [list(s) for s in network_graph.input_shapes(tiny)] + [[1, 10]]
+    assert written["instructions"] and set(written["instructions"]) <= set(targets.cpu_flags() or written["instructions"])
     program, files = str(tmp_path / "call_kernel"), [str(tmp_path / f"{i}.bin") for i in range(len(host) + 1)]
     subprocess.run(["bash", str(ROOT / "examples" / "cpp" / "build.sh"), program], check=True, timeout=300,
                    env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})

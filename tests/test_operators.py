@@ -1035,6 +1035,7 @@ def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
             best = best_json.read(str(folder / "best.json"))
             assert best.workload["shape"]["operator"] == f"myops:{name}" and best.remeasured["repeats"] == 3
             assert best.computation is not None and best.computation.startswith("sha256:")
+            assert best.instructions and set(best.instructions) <= set(targets.cpu_flags() or best.instructions)
             cwd = os.getcwd()
             os.chdir(tmp_path)
             try:

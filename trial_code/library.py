@@ -345,15 +345,33 @@ def check_cpu(path: str, mcpu: str) -> None:
     set of ``targets.INSTRUCTION_FLAGS`` that this one lacks: its code would stop the process with
     an illegal instruction at the first call. Nothing is checked where either is unknown (LLVM
     knows no CPU of that name, or the OS reports no instruction sets)."""
-    flags, llvm = targets.cpu_flags(), tvm.target.codegen
-    if not mcpu or flags is None or not llvm.llvm_is_valid_cpu(mcpu, llvm.llvm_get_system_triple()):
+    flags, needs = targets.cpu_flags(), cpu_instructions(mcpu)
+    if flags is None or needs is None:
         return
-    needs = {str(f) for f in llvm.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))}
-    missing = sorted(feature for feature, flag in targets.INSTRUCTION_FLAGS.items() if feature in needs
-                     and flag not in flags)
+    missing = sorted(feature for feature, flag in needs.items() if flag not in flags)
     if missing:
         raise ValueError(f"{path} was built for {mcpu}, whose {', '.join(missing)} this CPU lacks (its code would "
                          "stop with an illegal instruction): tune it again here")
+
+
+def cpu_instructions(mcpu: str) -> dict[str, str] | None:
+    """The instruction sets of ``targets.INSTRUCTION_FLAGS`` that code built for the CPU ``mcpu``
+    (LLVM's name) may use, LLVM's feature name -> the flag Linux reports for it (best.json's
+    ``instructions`` are the flags, for a program in another language to check); None where
+    either is unknown (no name, or one LLVM does not know)."""
+    llvm = tvm.target.codegen
+    if not mcpu or not llvm.llvm_is_valid_cpu(mcpu, llvm.llvm_get_system_triple()):
+        return None
+    needs = {str(f) for f in llvm.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))}
+    return {feature: flag for feature, flag in targets.INSTRUCTION_FLAGS.items() if feature in needs}
+
+
+def instruction_flags(target: dict[str, Any]) -> list[str] | None:
+    """The /proc/cpuinfo flags a CPU must report to run a library built for ``target`` (as an
+    export writes it: ``Target.to_json``), or None where that is not known (a GPU's, or an
+    unnamed CPU)."""
+    needs = cpu_instructions(target.get("mcpu") or "") if target.get("kind") == "llvm" else None
+    return None if needs is None else sorted(needs.values())
 
 
 @dataclass

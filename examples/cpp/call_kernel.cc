@@ -11,7 +11,8 @@
 // raw, in C order, as NumPy's `tofile` writes them. The tensors are allocated 64-byte aligned,
 // which TVM's CPU kernels assume (their aligned vector loads fault on a buffer that is not), and
 // an input that indexes a tensor is held to its `positions` before the call, since the kernel
-// would read past the tensor. With --repeat N it also prints the median of N timed calls.
+// would read past the tensor, and the CPU must have the instructions it was built for. With
+// --repeat N it also prints the median of N timed calls.
 // Every refusal is one line on stderr and exit status 2.
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/container/tensor.h>
@@ -134,6 +135,28 @@ void CheckPositions(const Argument& argument, const DLTensor& tensor, const std:
   }
 }
 
+// Refuses a library built for instructions this CPU lacks (best.json's `instructions`, the flags
+// Linux reports in /proc/cpuinfo): its code would stop the process with an illegal instruction.
+void CheckInstructions(const json::Object& best, const std::string& folder) {
+  auto needed = best.Get(ffi::String("instructions"));
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  if (!needed.has_value() || *needed == nullptr || !cpuinfo) return;  // unknown: nothing to check
+  std::string line, flags;
+  while (std::getline(cpuinfo, line) && flags.empty()) {
+    if (line.rfind("flags", 0) == 0) flags = " " + line.substr(line.find(':') + 1) + " ";
+  }
+  if (flags.empty()) return;
+  std::string missing;
+  for (const ffi::Any& flag : needed->cast<json::Array>()) {
+    std::string name(flag.cast<ffi::String>());
+    if (flags.find(" " + name + " ") == std::string::npos) missing += (missing.empty() ? "" : ", ") + name;
+  }
+  if (!missing.empty()) {
+    throw Refusal(folder + " was built for a CPU with " + missing + ", which this CPU lacks (its code would stop "
+                  "with an illegal instruction): tune it again here");
+  }
+}
+
 int Run(int argc, char** argv) {
   std::vector<std::string> files;
   int repeat = 0;
@@ -157,6 +180,7 @@ int Run(int argc, char** argv) {
   auto best = parsed.cast<json::Object>();
   auto kind = std::string(Field(Field(best, "target", path).cast<json::Object>(), "kind", path).cast<ffi::String>());
   if (kind != "llvm") throw Refusal(folder + " holds a " + noun + " built for " + kind + "; this program calls CPU ones");
+  CheckInstructions(best, folder);
   auto library_name = Field(best, "library", path);
   if (library_name == nullptr) throw Refusal(path + " names no library: the " + noun + " could not be built where it was exported");
   std::vector<Argument> arguments = ReadArguments(best, path);
