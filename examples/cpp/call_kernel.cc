@@ -7,13 +7,13 @@
 // (best.so) and the DLTensors its function `main` takes (`arguments`: each input, then the
 // output, by name, shape and type); a whole network's network.json names network.so, whose
 // `main` (in TVM's Relax virtual machine) takes the image and every weight and bias and returns
-// the output. Each IN holds an input's values, OUT receives the output's:
-// raw, in C order, as NumPy's `tofile` writes them. The tensors are allocated 64-byte aligned,
-// which TVM's CPU kernels assume (their aligned vector loads fault on a buffer that is not), and
-// an input that indexes a tensor is held to its `positions` before the call, since the kernel
-// would read past the tensor, and the CPU must have the instructions it was built for. With
-// --repeat N it also prints the median of N timed calls.
-// Every refusal is one line on stderr and exit status 2.
+// the output. Each IN holds an input's values, OUT receives the output's: raw, in C order, as
+// NumPy's `tofile` writes them. Before the call, each file's size is checked against its
+// tensor's; an input that indexes a tensor is held to its `positions` (the kernel would read past
+// the tensor); and this CPU must report the `instructions` the library was built for (else it
+// stops with an illegal instruction). The tensors are allocated 64-byte aligned, which TVM's CPU
+// kernels assume: their aligned vector loads fault on a buffer that is not. With --repeat N it
+// also prints the median of N timed calls. Every refusal is one line on stderr, exit status 2.
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/dtype.h>
@@ -28,9 +28,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -197,11 +197,14 @@ int Run(int argc, char** argv) {
     const std::string& file = files[i + 1];
     size_t bytes = ffi::GetDataSize(*tensor.GetDLTensorPtr());
     if (i + 1 < arguments.size()) {
-      std::string values = ReadFile(file);
+      std::error_code unreadable;
+      auto size = std::filesystem::file_size(file, unreadable);  // before reading: a wrong file is not read whole
+      std::string values = unreadable || size != bytes ? std::string() : ReadFile(file);
+      if (unreadable) throw Refusal("cannot read " + file);
       if (values.size() != bytes) {
         throw Refusal("input " + argument.name + " (" + file + ") must hold " + std::to_string(bytes) + " bytes (" +
                       std::string(ffi::DLDataTypeToString(argument.dtype)) + " of its shape), got " +
-                      std::to_string(values.size()));
+                      std::to_string(values.empty() ? size : values.size()));
       }
       std::memcpy(tensor.GetDLTensorPtr()->data, values.data(), bytes);
       CheckPositions(argument, *tensor.GetDLTensorPtr(), file);
