@@ -19,6 +19,7 @@ from trial_code.library import Kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = targets.cpu()
+pytestmark = pytest.mark.slow(seconds=8)  # a C++ build, then a kernel's build per test
 
 
 @pytest.fixture(scope="module")

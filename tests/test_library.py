@@ -242,6 +242,7 @@ def combine(n=64):
 '''
 
 
+@pytest.mark.slow(seconds=8)  # a kernel's build, then two processes that load TVM
 def test_an_operator_edited_since_its_export_is_refused_by_load_kernel(tmp_path, monkeypatch):
     """best.json keeps a digest of the operator's TE computation (``library.computation``): a
     program that loads the export after the operator was changed to compute something else, of
