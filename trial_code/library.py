@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from . import cpu_pool, targets
+from .indices import index_ranges
 from .kernel import tvm  # through kernel: TVM's CPU threads sized to this process's cores first
 from .measure import Signature, signature
 from .templates import for_workload
@@ -286,7 +287,7 @@ def arguments(workload: Workload) -> list[dict[str, Any]]:
     indexes, and the part of the input it bounds, ``where``: per axis a position or null for all;
     empty for the whole input), outside of which the kernel reads past the tensor."""
     tensors = for_workload(workload).compute(workload)
-    ranges = signature(workload).ranges
+    ranges = index_ranges(tensors)
     described = [{"name": t.op.name, "shape": [int(d) for d in t.shape], "dtype": str(t.dtype)} for t in tensors]
     for entry, bound in zip(described, ranges):
         if bound:
