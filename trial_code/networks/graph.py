@@ -167,13 +167,13 @@ def has_graph(network: str) -> bool:
 def input_shapes(network: str) -> list[tuple[int, ...]]:
     """The shapes the whole network's ``main`` takes: the image, then every weight and bias in
     the order the network's graph creates them (``Graph.weight``)."""
-    return [tuple(int(d) for d in p.ty.shape) for p in module(network, None)["main"].params]
+    return [tuple(argument["shape"]) for argument in arguments(network)[:-1]]
 
 
 def arguments(network: str) -> list[dict[str, Any]]:
     """What the whole network's ``main`` takes and gives, as a program in any language passes it
-    (network.json's ``arguments``, as best.json's for a kernel): the image, every weight and bias
-    (``input_shapes``), each by name, shape and type, then the output it returns."""
+    (network.json's ``arguments``, as best.json's for a kernel): the image, every weight and bias,
+    each by name, shape and type, then the output it returns."""
     main = module(network, None)["main"]
     return [{"name": name, "shape": [int(d) for d in ty.shape], "dtype": str(ty.dtype)}
             for name, ty in [*((str(p), p.ty) for p in main.params), ("output", main.ret_ty)]]
