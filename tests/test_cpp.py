@@ -7,28 +7,23 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from call_kernel import built, call
 from feasible import exported
 
 from trial_code import kernel, library, targets, workloads
 from trial_code.library import Kernel
 
-ROOT = Path(__file__).resolve().parents[1]
 CPU = targets.cpu()
 pytestmark = pytest.mark.slow(seconds=8)  # a C++ build, then a kernel's build per test
 
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The example built as its README line builds it, with this interpreter's packages."""
-    path = str(tmp_path_factory.mktemp("cpp") / "call_kernel")
-    subprocess.run(["bash", str(ROOT / "examples" / "cpp" / "build.sh"), path], check=True, timeout=300,
-                   env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
-    return path
+    return built(tmp_path_factory.mktemp("cpp") / "call_kernel")
 
 
 def _export(workload: workloads.Workload, folder: Path) -> Kernel:
@@ -45,12 +40,7 @@ def _export(workload: workloads.Workload, folder: Path) -> Kernel:
 
 
 def _call(program: str, folder: Path, inputs: list[np.ndarray]) -> subprocess.CompletedProcess:
-    files = []
-    for position, values in enumerate(inputs):
-        files.append(str(folder / f"in{position}.bin"))
-        values.tofile(files[-1])
-    return subprocess.run([program, str(folder), *files, str(folder / "out.bin"), "--repeat", "5"],
-                          capture_output=True, text=True, timeout=120)
+    return call(program, folder, inputs, folder, "--repeat", "5")[0]
 
 
 def test_a_cpp_program_computes_what_the_loaded_kernel_computes(program, tmp_path):

@@ -9,12 +9,10 @@ import argparse
 import csv
 import json
 import pickle
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from call_kernel import built, call
 from cuda_build import cp_async_copies
 from feasible import feasible
 from forking import in_a_child
@@ -26,7 +24,6 @@ from trial_code.evaluate import Limits
 from trial_code.networks import graph as network_graph
 from trial_code.templates import for_workload
 
-ROOT = Path(__file__).resolve().parents[1]
 CPU = targets.cpu()
 FAST = Limits(min_repeat_ms=5)
 LAYERS = [
@@ -171,14 +168,10 @@ def test_the_export_builds_the_whole_network_with_the_chosen_kernels(tiny, tmp_p
     # and from C++ (examples/cpp), with network.json's arguments: the same output, bit for bit
     assert [a["shape"] for a in written["arguments"]] == [list(s) for s in network_graph.input_shapes(tiny)] + [[1, 10]]
     assert written["instructions"] and set(written["instructions"]) <= set(targets.cpu_flags() or written["instructions"])
-    program, files = str(tmp_path / "call_kernel"), [str(tmp_path / f"{i}.bin") for i in range(len(host) + 1)]
-    subprocess.run(["bash", str(ROOT / "examples" / "cpp" / "build.sh"), program], check=True, timeout=300,
-                   env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
-    for values, file in zip(host, files):
-        np.asarray(values, np.float32).tofile(file)
-    called = subprocess.run([program, str(tmp_path / "out"), *files], capture_output=True, text=True, timeout=120)
+    called, out = call(built(tmp_path / "call_kernel"), tmp_path / "out", [np.asarray(a, np.float32) for a in host],
+                       tmp_path)
     assert called.returncode == 0, called.stderr
-    np.testing.assert_array_equal(np.fromfile(files[-1], np.float32), run(*host).ravel())
+    np.testing.assert_array_equal(np.fromfile(out, np.float32), run(*host).ravel())
     for field, value, message in (("library", "../network.so", "field 'library' must name a file next to network.json"),
                                   ("target", {"kind": "tpu"}, "its target cannot be read"),
                                   ("schema", "nni-opevo/best/2", "is not a nni-opevo/network/1 file")):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from call_kernel import built, call
 from cuda_build import H100, cuda_source, local_memory, ptxas, registers_only
 from feasible import runs_and_matches
 from nni_experiment import free_port, launched_id, stop_in_background
@@ -1021,9 +1022,7 @@ def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
     # two at a time missed it once on a loaded machine, and the launcher now starts such an experiment again.
     with ThreadPoolExecutor(2) as pool:
         runs = list(pool.map(tune, SMALL))
-    program = tmp_path / "call_kernel"  # each export called from C++ too, as examples/cpp builds it
-    subprocess.run(["bash", str(ROOT / "examples" / "cpp" / "build.sh"), str(program)], check=True, timeout=300,
-                   env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
+    program = built(tmp_path / "call_kernel")  # each export called from C++ too
     experiments = [launched_id(out.stdout) for _, out in runs]
     sys.path.insert(0, str(tmp_path))
     try:
@@ -1052,12 +1051,9 @@ def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):
                                       for x in inputs))
             allowed = precision.tolerance([*op.inputs, op.output]).relative
             np.testing.assert_allclose(loaded(*inputs), expected, rtol=allowed, atol=1e-4)
-            files = [str(tmp_path / f"{name}-{position}.bin") for position in range(len(inputs) + 1)]
-            for values, file in zip(inputs, files):
-                values.tofile(file)
-            called = subprocess.run([str(program), str(folder), *files], capture_output=True, text=True, timeout=120)
+            called, written = call(program, folder, inputs, tmp_path)
             assert called.returncode == 0, called.stderr
-            np.testing.assert_array_equal(np.fromfile(files[-1], loaded(*inputs).dtype), loaded(*inputs).ravel())
+            np.testing.assert_array_equal(np.fromfile(written, loaded(*inputs).dtype), loaded(*inputs).ravel())
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("myops", None)
