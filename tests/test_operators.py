@@ -25,9 +25,9 @@ from nni_experiment import free_port, launched_id, stop_in_background
 
 from nni_opevo_tools import best as best_json
 from nni_opevo_tools import launch
-from trial_code import constraint, indices, kernel, operators, precision, targets, workloads
+from trial_code import constraint, indices, kernel, measure, operators, precision, targets, workloads
 from trial_code.evaluate import Limits, evaluate
-from trial_code.templates import DerivedTemplate, Infeasible, for_workload
+from trial_code.templates import DerivedTemplate, Infeasible, derived, for_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "nni_opevo_tools.console"]
@@ -824,6 +824,42 @@ def test_an_argument_only_the_reference_reads_gets_a_reference_of_its_own(tmp_pa
     assert statuses == ["WRONG_ANSWER", "NO_ERROR"]
 
 
+def test_an_operator_declares_the_values_its_inputs_are_drawn_among(tmp_path, monkeypatch):
+    """A batch norm's variance under a square root is NaN for half the default draws, and the
+    check refuses a reference that is not finite; declared as values in [0.5, 2) (an integer
+    input's as 1..3, both ends drawn), the inputs are drawn there and a trial passes. Editing the
+    declared values draws the inputs anew, though the computation and reference are unchanged."""
+    module = textwrap.dedent("""
+        import numpy as np
+        from tvm import te
+        from trial_code.operators import Operator
+        VARIANCE = (0.5, 2.0)
+        def normalized(n=4096):
+            x, v = te.placeholder((n,), "float32", name="X"), te.placeholder((n,), "float32", name="V")
+            k = te.placeholder((n,), "int16", name="K")
+            y = te.compute((n,), lambda i: x[i] / te.sqrt(v[i]) * k[i].astype("float32"), name="Y")
+            return Operator([x, v, k], y, flops=3 * n, reference=lambda x, v, k: x / np.sqrt(v) * k,
+                            values={"V": VARIANCE, "K": (1, 3)})
+    """)
+    (tmp_path / "norms.py").write_text(module)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    workload = workloads.make("operator", operator="norms:normalized")
+    x, v, k = measure.prepare(workload, seed=0).host
+    assert x.min() < 0 < x.max() and 0.5 <= v.min() < 0.51 and 1.99 < v.max() < 2.0 and (k.min(), k.max()) == (1, 3)
+    params, _ = constraint.draw(workload, targets.cpu(), 0)
+    assert evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1)).status.name == "NO_ERROR"
+
+    (tmp_path / "norms.py").write_text(module.replace("VARIANCE = (0.5, 2.0)", "VARIANCE = (4.0, 5.0)"))
+    sys.modules.pop("norms", None)
+    importlib.invalidate_caches()
+    derived._operator_cached.cache_clear()  # as a new trial's process, which imports the module anew
+    derived._structure_cached.cache_clear()
+    v = measure.prepare(workload, seed=0).host[1]
+    assert 4.0 <= v.min() and v.max() < 5.0
+
+
 @pytest.mark.slow(seconds=5)
 @NEEDS_NVCC
 @pytest.mark.parametrize("name", list(SMALL))
@@ -925,6 +961,33 @@ MODULES = {
             x = te.placeholder((n, n), dtype, name="X")
             return Operator([x], te.compute((n, n), lambda i, j: x[j, i], name="Y"), flops=n * n)
     """),
+    "domain": textwrap.dedent("""
+        import numpy as np
+        from tvm import te
+        from trial_code.operators import Operator
+        VALUES = {"none": None, "word": "0.5", "unknown": {"Z": [0.5, 1]}, "reversed": {"X": [1, 0.5]},
+                  "one": {"X": [0.5]}, "infinite": {"X": [0.5, float("inf")]}, "wide": {"X": [1, 70000]},
+                  "halves": {"X": [1, 2.5]}, "bytes": {"X": [1, 200]}, "positive": {"X": [0.5, 2]}}
+        def log(n=64, values="none", reference=True, dtype="float32"):
+            x = te.placeholder((n,), dtype, name="X")
+            return Operator([x], te.compute((n,), lambda i: te.log(x[i].astype("float32")), name="Y"), flops=n,
+                            reference=np.log if reference else None, values=VALUES[values])
+        def one_nan(n=64):  # wrong on purpose, and not finite at one element: no check may pass it
+            x = te.placeholder((n,), "float32", name="X")
+            def reference(x):
+                out = x * 3
+                out[n // 2] = np.nan
+                return out
+            return Operator([x], te.compute((n,), lambda i: x[i] + 1, name="Y"), flops=n, reference=reference)
+        def twins(n=64):
+            x, y = te.placeholder((n,), "float32", name="X"), te.placeholder((n,), "float32", name="X")
+            return Operator([x, y], te.compute((n,), lambda i: x[i] + y[i], name="Y"), flops=n,
+                            values={"X": (0, 1)})
+        def gather(n=64, rows=100):
+            t, ids = te.placeholder((rows,), "float32", name="T"), te.placeholder((n,), "int32", name="I")
+            return Operator([t, ids], te.compute((n,), lambda i: t[ids[i]], name="Y"), flops=n,
+                            values={"I": (0, 10)})
+    """),
 }
 CASES = [
     ("../evil:op", {}, "must be module:name"),
@@ -944,6 +1007,27 @@ CASES = [
                         "int16, int32, int64"),
     ("huge:op", {"n": 40000}, "its inputs and output take 11.9 GiB; at most 4 GiB"),
     ("huge:op", {"n": 30000, "dtype": "float64"}, "its inputs and output take 13.4 GiB; at most 4 GiB"),
+    ("domain:log", {}, "its reference is nan at "),
+    ("domain:log", {"reference": "false"}, "its output as written is nan at "),
+    ("domain:one_nan", {}, "its reference is nan at 1 of 64 output elements (output(32,) first) on the inputs the "
+                           "check draws (floats in [-1, 1) unless values= says otherwise), where no kernel can be "
+                           "checked: give Operator(values={name: (low, high)}) for the inputs whose draws leave the "
+                           "computation's domain"),
+    ("domain:log", {"values": "word"}, "values must be a dict of input names to (low, high), got str"),
+    ("domain:log", {"values": "unknown"}, "values names 'Z', not one of its inputs (X)"),
+    ("domain:log", {"values": "reversed"}, "values['X'] must have low below high (drawn in [low, high)); "
+                                                "got [1, 0.5]"),
+    ("domain:log", {"values": "one"}, "values['X'] must be (low, high), two finite numbers; got [0.5]"),
+    ("domain:log", {"values": "infinite"}, "values['X'] must be (low, high), two finite numbers"),
+    ("domain:log", {"values": "wide", "dtype": "float16"},
+     "values['X'] = [1, 70000] leaves float16, which holds -65504 to 65504"),
+    ("domain:log", {"values": "halves", "dtype": "int8"},
+     "values['X'] of int8 must be two whole numbers, low no more than high (both drawn); got [1, 2.5]"),
+    ("domain:log", {"values": "bytes", "dtype": "int8"}, "values['X'] = [1, 200] leaves int8, which holds "
+                                                                 "-128 to 127"),
+    ("domain:twins", {}, "values names 'X', which 2 inputs are named: give them names of their own"),
+    ("domain:gather", {}, "values names I, which indexes T's axis 0: the positions it is drawn among are derived "
+                          "(0..99), not given"),
 ]
 
 

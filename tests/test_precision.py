@@ -5,6 +5,7 @@ from the cache and from a program, and a wrong or partly unwritten kernel is sti
 from __future__ import annotations
 
 import math
+import re
 import shutil
 
 import numpy as np
@@ -219,6 +220,33 @@ def test_an_integer_output_left_partly_unwritten_is_a_wrong_answer():
         else:
             with pytest.raises(measure.WrongAnswer, match="3 of 8 output elements were not written"):
                 measure._check_all_written(kernel_writing_some, [out], device, out.numpy())
+
+
+def test_a_float_element_computed_as_nan_is_told_from_one_left_unwritten():
+    """A float output's NaN poison cannot tell an element the kernel never wrote from one it
+    computed as NaN or infinite: the suspects are run again under the greatest finite value, and
+    those holding it were never written; the others were computed so, and are refused as such."""
+    import tvm
+
+    device = tvm.cpu(0)
+    for dtype in ("float32", "float16", "bfloat16"):
+        kind = precision.numpy_dtype(dtype)
+        for computed, message in ((np.nan, "2 of 8 output elements were computed as NaN or infinite "
+                                           "(output(1,) = nan)"),
+                                  (np.inf, "2 of 8 output elements were computed as NaN or infinite (output(1,) = inf)"),
+                                  (None, "2 of 8 output elements were not written")):
+            out = tvm.runtime.tensor(np.full(8, np.nan, dtype=kind), device)
+
+            def kernel(output, computed=computed):
+                values = output.numpy()
+                values[[0, 2, 3, 4, 5, 6]] = 1.5
+                if computed is not None:
+                    values[[1, 7]] = computed
+                output.copyfrom(values)
+
+            kernel(out)  # the check's first run
+            with pytest.raises(measure.WrongAnswer, match=re.escape(message)):
+                measure._check_all_written(kernel, [out], device, out.numpy())
 
 
 def test_a_reduction_whose_extent_is_an_expression_counts_its_greatest_window():

@@ -65,13 +65,22 @@ class Timing:
 @dataclass(frozen=True)
 class Signature:
     """A workload's tensors as its kernel takes them: each input's shape and NumPy type, the
-    output's, the tolerance of the check (``precision.tolerance``), and for each input that
-    indexes a tensor the positions it may hold (``indices.index_ranges``; none for the others)."""
+    output's, the tolerance of the check (``precision.tolerance``), for each input that indexes a
+    tensor the positions it may hold (``indices.index_ranges``; none for the others), and for
+    each input the values the check draws it among where the workload declares them
+    (``Template.values``; None for the defaults)."""
 
     inputs: list[tuple[tuple[int, ...], np.dtype]]
     output: tuple[tuple[int, ...], np.dtype]
     tolerance: Tolerance
     ranges: tuple[tuple[IndexRange, ...], ...]
+    values: tuple[tuple[float, float] | None, ...] = ()
+
+    def drawn(self) -> list[tuple[Any, Any] | None]:
+        """What ``precision.random_inputs`` draws each input among: an index's positions, else
+        its declared values, else None (its type's defaults)."""
+        values = self.values or (None,) * len(self.inputs)
+        return [bounds(r, shape, dtype) or given for r, (shape, dtype), given in zip(self.ranges, self.inputs, values)]
 
     @property
     def input_bytes(self) -> int:
@@ -80,9 +89,12 @@ class Signature:
 
 def signature(workload: Workload) -> Signature:
     """The shapes and types of ``workload``'s tensors, from its template's computation."""
-    tensors = for_workload(workload).compute(workload)
+    template = for_workload(workload)
+    tensors = template.compute(workload)
     shaped = [(tuple(int(d) for d in t.shape), numpy_dtype(str(t.dtype))) for t in tensors]
-    return Signature(shaped[:-1], shaped[-1], tolerance(tensors), tuple(index_ranges(tensors)))
+    declared = template.values(workload)
+    return Signature(shaped[:-1], shaped[-1], tolerance(tensors), tuple(index_ranges(tensors)),
+                     tuple(declared.get(t.op.name) for t in tensors[:-1]))
 
 
 @dataclass
@@ -102,11 +114,23 @@ def device_of(target: Target) -> Any:
 
 def _make(workload: Workload, seed: int, sign: Signature | None = None) -> Prepared:
     sign = sign or signature(workload)
-    host = random_inputs(sign.inputs, np.random.default_rng(seed),
-                         [bounds(r, shape, dtype) for r, (shape, dtype) in zip(sign.ranges, sign.inputs)])
+    host = random_inputs(sign.inputs, np.random.default_rng(seed), sign.drawn())
     index = sample_indices(sign.output[0], SAMPLES, np.random.default_rng(seed + 1))
     expected, magnitude = for_workload(workload).reference(workload, host, index)
-    return Prepared(host, sign, index, expected, magnitude)
+    return _check_finite(workload, Prepared(host, sign, index, expected, magnitude))
+
+
+def _check_finite(workload: Workload, prepared: Prepared) -> Prepared:
+    """``prepared``, or ValueError where its reference is not finite at a sampled element: a
+    comparison with NaN is false, so the check would pass whatever the kernel wrote there."""
+    bad = ~(np.isfinite(prepared.expected) & np.isfinite(prepared.magnitude))
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise ValueError(f"{workload.name}: the reference is not finite at {int(bad.sum())} of the {bad.size} "
+                         f"sampled output elements (output{tuple(int(i) for i in prepared.index[first])} = "
+                         f"{prepared.expected[first]:g}, scale {prepared.magnitude[first]:g}), where no kernel "
+                         "can be checked")
+    return prepared
 
 
 def cache_folder() -> str:
@@ -122,10 +146,12 @@ def prepare(workload: Workload, seed: int) -> Prepared:
     sign = signature(workload)
     if sign.input_bytes > CACHE_LIMIT_BYTES:
         return _make(workload, seed, sign)
-    # The positions an index is drawn from are in the key: inputs drawn before they were are not them.
+    # The positions an index is drawn from and the values declared are in the key: inputs drawn
+    # before they were are not them.
     positions = [[r.low, r.high, list(r.where)] for ranges in sign.ranges for r in ranges]
+    declared = [list(v) if v else None for v in sign.values] if any(sign.values) else []
     key = hashlib.sha256(json.dumps([for_workload(workload).identity(workload), seed, SAMPLES,
-                                     *([positions] if positions else [])]).encode())
+                                     *([positions] if positions else []), *([declared] if declared else [])]).encode())
     try:
         path = os.path.join(cache_folder(), key.hexdigest()[:24] + ".npz")
     except (OSError, RuntimeError):  # no cache folder of our own: make them each time
@@ -133,9 +159,11 @@ def prepare(workload: Workload, seed: int) -> Prepared:
     try:
         with np.load(path) as stored:
             arrays = [_stored(stored[f"input{i}"], shape, dtype) for i, (shape, dtype) in enumerate(sign.inputs)]
-            return Prepared(arrays, sign, stored["index"], stored["expected"], stored["magnitude"])
-    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # not there yet, or cut short: made anew
-        pass
+            found = Prepared(arrays, sign, stored["index"], stored["expected"], stored["magnitude"])
+        _check_finite(workload, found)
+        return found
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # not there yet, cut short, or not
+        pass                                                                # finite: made anew (or refused)
     prepared = _make(workload, seed, sign)
     try:  # written whole under a temporary name, then renamed: a reader never sees half a file
         with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), suffix=".tmp", delete=False) as handle:
@@ -183,12 +211,7 @@ def verify(workload: Workload, function: Any, host: list[np.ndarray], args: list
     (``upload``)."""
     run_s = _timed_run(function, args, device)
     out = args[-1].numpy()
-    if np.issubdtype(out.dtype, np.integer):
-        _check_all_written(function, args, device, out)
-    else:
-        unwritten = int(np.count_nonzero(~np.isfinite(out)))
-        if unwritten:
-            raise WrongAnswer(f"{unwritten} of {out.size} output elements were not written (still NaN) or not finite")
+    _check_all_written(function, args, device, out)
     if prepared is None:
         index = sample_indices(out.shape, SAMPLES, np.random.default_rng(seed + 1))
         expected, magnitude = for_workload(workload).reference(workload, host, index)
@@ -207,19 +230,26 @@ def verify(workload: Workload, function: Any, host: list[np.ndarray], args: list
 
 
 def _check_all_written(function: Any, args: list[Any], device: Any, out: np.ndarray) -> None:
-    """An integer output has no NaN: the elements still holding the first poison value are run
-    again under the second, and those holding that one too were never written."""
+    """The elements still holding the first poison value (``precision.poison``; for floats, any
+    NaN or infinity) are run again under the second: those holding that one too were never
+    written. A float element the kernel computed as NaN or infinite is refused as well, since no
+    comparison with it means anything."""
     first, second = poison(out.dtype)
-    suspects = out == first
+    integer = np.issubdtype(out.dtype, np.integer)
+    suspects = out == first if integer else ~np.isfinite(out)
     if not suspects.any():
         return
     args[-1].copyfrom(np.full(out.shape, second, dtype=out.dtype))
     function(*args)
     device.sync()
-    unwritten = int(np.count_nonzero(suspects & (args[-1].numpy() == second)))
-    if unwritten:
-        raise WrongAnswer(f"{unwritten} of {out.size} output elements were not written (still the poison values "
-                          f"{first} and {second})")
+    unwritten = suspects & (args[-1].numpy() == second)
+    if unwritten.any():
+        raise WrongAnswer(f"{int(unwritten.sum())} of {out.size} output elements were not written (still the poison "
+                          f"values {first} and {second})")
+    if not integer:
+        at = np.unravel_index(int(np.argmax(suspects)), out.shape)
+        raise WrongAnswer(f"{int(suspects.sum())} of {out.size} output elements were computed as NaN or infinite "
+                          f"(output{tuple(int(i) for i in at)} = {out[at]})")
 
 
 def one_run(function: Any, args: list[Any], device: Any, first_s: float, min_repeat_ms: int) -> float:

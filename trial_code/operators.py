@@ -39,8 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .indices import index_ranges
-from .precision import DTYPES
+from .indices import IndexRange, index_ranges
+from .precision import DTYPES, is_integer, numpy_dtype, type_range
 
 SPEC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 """``package.module:name``: dotted identifiers, nothing a path or a shell could read otherwise."""
@@ -61,13 +61,18 @@ class Operator:
     given, names what a user would call instead on the CPU (NumPy, PyTorch) and a function that
     takes the inputs (NumPy arrays of their types) and returns a call of it without arguments, its
     conversions done once: the export times the tuned kernel against that call (``anchor``); a
-    function that raises ImportError means the library is not installed here."""
+    function that raises ImportError means the library is not installed here. ``values``, when
+    given, maps an input's name to the values the check draws it among, ``(low, high)``: floats
+    uniform in [low, high), integers low..high, where the defaults (floats in [-1, 1), integers in
+    ``precision.integer_range``) leave the computation's domain (a variance under a square root,
+    a logarithm's argument); an input that indexes a tensor has its positions derived instead."""
 
     inputs: list[Any]
     output: Any
     flops: float
     reference: Callable[..., Any] | None = None
     library: tuple[str, Callable[..., Callable[[], Any]]] | None = None
+    values: dict[str, tuple[float, float]] | None = None
 
 
 def check_spec(spec: Any) -> str:
@@ -210,9 +215,10 @@ def _check_operator(spec: str, op: Operator) -> None:
             raise ValueError(f"operator {spec}: tensor {tensor.op.name} has a symbolic shape; give every "
                              "extent as a number")
     try:
-        index_ranges(tensors)
+        ranges = index_ranges(tensors)
     except ValueError as e:
         raise ValueError(f"operator {spec}: {e}") from None
+    _check_values(spec, op, ranges)
     if not isinstance(op.flops, (int, float)) or isinstance(op.flops, bool) or not op.flops > 0:
         raise ValueError(f"operator {spec}: flops must be a positive number, got {op.flops!r}")
     if op.reference is not None and not callable(op.reference):
@@ -220,3 +226,43 @@ def _check_operator(spec: str, op: Operator) -> None:
     if op.library is not None and not (isinstance(op.library, tuple) and len(op.library) == 2
                                        and isinstance(op.library[0], str) and callable(op.library[1])):
         raise ValueError(f"operator {spec}: library must be (name, function of the inputs returning a call)")
+
+
+def _check_values(spec: str, op: Operator, ranges: list[tuple[IndexRange, ...]]) -> None:
+    """``op.values`` names inputs, once each, that index nothing, and gives each a range its type
+    holds: two finite numbers, the first below the second (whole numbers for an integer input,
+    the second no less than the first)."""
+    if op.values is None:
+        return
+    if not isinstance(op.values, dict):
+        raise ValueError(f"operator {spec}: values must be a dict of input names to (low, high), got "
+                         f"{type(op.values).__name__}")
+    names = [t.op.name for t in op.inputs]
+    for name, given in op.values.items():
+        if names.count(name) != 1:
+            raise ValueError(f"operator {spec}: values names {name!r}, " + (
+                f"which {names.count(name)} inputs are named: give them names of their own" if name in names else
+                f"not one of its inputs ({', '.join(names)})"))
+        position = names.index(name)
+        if ranges[position]:
+            found = ranges[position][0]
+            raise ValueError(f"operator {spec}: values names {name}, which indexes {found.indexes}: the positions "
+                             f"it is drawn among are derived ({found.low}..{found.high}), not given")
+        dtype = str(op.inputs[position].dtype)
+        pair = isinstance(given, (tuple, list)) and len(given) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in given)
+        if not pair:
+            raise ValueError(f"operator {spec}: values[{name!r}] must be (low, high), two finite numbers; "
+                             f"got {given!r}")
+        low, high = given
+        least, greatest = type_range(numpy_dtype(dtype))
+        if is_integer(dtype):
+            if low != int(low) or high != int(high) or low > high:
+                raise ValueError(f"operator {spec}: values[{name!r}] of {dtype} must be two whole numbers, low no "
+                                 f"more than high (both drawn); got {given!r}")
+        elif not low < high:
+            raise ValueError(f"operator {spec}: values[{name!r}] must have low below high (drawn in [low, high)); "
+                             f"got {given!r}")
+        if low < least or high > greatest:
+            raise ValueError(f"operator {spec}: values[{name!r}] = {given!r} leaves {dtype}, which holds "
+                             f"{least:g} to {greatest:g}")

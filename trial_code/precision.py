@@ -111,31 +111,45 @@ def integer_range(dtype: np.dtype) -> tuple[int, int]:
     return low, low + 2 * INTEGER_INPUTS - 1
 
 
+def type_range(dtype: np.dtype) -> tuple[float, float]:
+    """The least and greatest finite value of ``dtype`` (bfloat16's through ml_dtypes)."""
+    if np.issubdtype(dtype, np.integer):
+        return int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
+    import ml_dtypes
+
+    found = ml_dtypes.finfo(dtype)
+    return float(found.min), float(found.max)
+
+
 def random_inputs(inputs: list[tuple[tuple[int, ...], np.dtype]], rng: np.random.Generator,
                   ranges: list[tuple[Any, Any] | None] | None = None) -> list[np.ndarray]:
-    """Inputs of the given shapes and types: floats uniform in [-1, 1) (float32 and float64 drawn
-    in their type, float16 and bfloat16 drawn as float32 and rounded, so the reference starts from
-    exactly the values the kernel reads), integers uniform in their ``ranges`` entry (least and
-    greatest, numbers or arrays of each element's: the positions an index may hold,
-    ``indices.bounds``) or else ``integer_range``."""
+    """Inputs of the given shapes and types: floats uniform in their ``ranges`` entry [low, high)
+    or else [-1, 1) (float32 and float64 drawn in their type, float16 and bfloat16 drawn as
+    float32 and rounded, so the reference starts from exactly the values the kernel reads),
+    integers uniform in their ``ranges`` entry (least and greatest, numbers or arrays of each
+    element's: the positions an index may hold, ``indices.bounds``) or else ``integer_range``."""
     found = []
     for (shape, dtype), given in zip(inputs, ranges or [None] * len(inputs)):
         if np.issubdtype(dtype, np.integer):
             low, high = given or integer_range(dtype)
             found.append(rng.integers(low, high, shape, dtype=dtype, endpoint=True))
         else:
-            found.append((rng.random(shape, dtype=np.float64 if dtype == np.float64 else np.float32) * 2 - 1)
-                         .astype(dtype))
+            low, high = given or (-1.0, 1.0)
+            drawn = rng.random(shape, dtype=np.float64 if dtype == np.float64 else np.float32)
+            found.append((drawn * (high - low) + low).astype(dtype))
     return found
 
 
 def poison(dtype: np.dtype) -> tuple[Any, Any]:
-    """Two values to fill an output with before a run: an element still holding one after it was
-    never written. NaN for floats (no kernel writes it from these inputs); for integers, which have
-    none, the least and the greatest, the second filled for a second run where the first is found."""
+    """Two values to fill an output with before a run: an element still holding the first, filled
+    with the second for a second run and still holding that, was never written. For floats NaN
+    (what the check refuses in any case) and the greatest finite value, which tells an element
+    left unwritten from one the kernel computed as NaN or infinite; for integers, which have no
+    NaN, the least and the greatest."""
+    least, greatest = type_range(dtype)
     if np.issubdtype(dtype, np.integer):
-        return np.iinfo(dtype).min, np.iinfo(dtype).max
-    return np.nan, np.nan
+        return least, greatest
+    return np.nan, greatest
 
 
 

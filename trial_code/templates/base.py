@@ -54,6 +54,12 @@ class Template(ABC):
         are cached under (``measure.prepare``)."""
         return json.dumps([workload.family, workload.shape], sort_keys=True)
 
+    def values(self, workload: Workload) -> dict[str, tuple[float, float]]:
+        """The values the check draws an input among, by the input's name, where the workload
+        declares them (``operators.Operator.values``); the others take their type's defaults
+        (``precision.random_inputs``)."""
+        return {}
+
     @abstractmethod
     def flops(self, workload: Workload) -> float:
         """Floating-point operations of one run (a multiply-add counts 2)."""

@@ -247,6 +247,9 @@ class DerivedTemplate(Template):
     def identity(self, workload: Workload) -> str:
         return self.structure(workload).identity
 
+    def values(self, workload: Workload) -> dict[str, tuple[float, float]]:
+        return dict(self.operator(workload).values or {})
+
     def flops(self, workload: Workload) -> float:
         return float(self.operator(workload).flops)
 
@@ -379,6 +382,14 @@ class DerivedTemplate(Template):
                                  f"the output is {expected_shape}")
         else:
             full = _unscheduled(self.compute(workload), inputs)
+        bad = ~np.isfinite(full)
+        if bad.any():  # a comparison with NaN is false: the check would pass whatever the kernel wrote
+            at = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), full.shape))
+            raise ValueError(f"operator {self.spec}: its {'reference' if op.reference else 'output as written'} is "
+                             f"{full[at]:g} at {int(bad.sum()):,} of {full.size:,} output elements (output{at} first) "
+                             "on the inputs the check draws (floats in [-1, 1) unless values= says otherwise), where "
+                             "no kernel can be checked: give Operator(values={name: (low, high)}) for the inputs "
+                             "whose draws leave the computation's domain")
         expected = np.atleast_1d(full[tuple(index.T)])  # a single value's index has no axis
         scale = float(np.sqrt(np.mean(np.square(full)))) if full.size else 0.0
         return expected, np.abs(expected) + scale
