@@ -275,6 +275,16 @@ USER_OPERATORS = """
         return Operator([x, w], topi.nn.conv2d_nchw(x, w, 1, 1, 1), flops=2 * channels * size * size * out * 9,
                         reference=reference)
 
+    def conv3d(channels=4, size=6, out=8):  # nine axes: five spatial, four reductions
+        x = te.placeholder((1, channels, size, size, size), "float32", name="X")
+        w = te.placeholder((out, channels, 3, 3, 3), "float32", name="W")
+        def reference(x, w):
+            xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1), (1, 1)))
+            return sum(np.einsum("bcdhw,oc->bodhw", xp[:, :, dz:dz + size, dy:dy + size, dx:dx + size],
+                                 w[:, :, dz, dy, dx]) for dz in range(3) for dy in range(3) for dx in range(3))
+        return Operator([x, w], topi.nn.conv3d_ncdhw(x, w, 1, 1, 1, 1), flops=2 * channels * size ** 3 * out * 27,
+                        reference=reference)
+
     def max_pool(channels=8, size=16):
         x = te.placeholder((1, channels, size, size), "float32", name="X")
         def reference(x):
@@ -375,7 +385,7 @@ USER_OPERATORS = """
             if target.kind == "cuda" and inner < 128:
                 raise Infeasible(f"a thread's inner reduction of {inner} steps is under 128")
 """
-TOPI_BUILT = ["dense", "conv2d", "max_pool", "global_average", "reshaped_matmul", "log_softmax", "add_relu"]
+TOPI_BUILT = ["dense", "conv2d", "conv3d", "max_pool", "global_average", "reshaped_matmul", "log_softmax", "add_relu"]
 SINGLE_VALUES = ["dot", "mse", "norm", "share", "total", "argmax_all"]
 TUPLES = ["argmax", "argmin_columns", "largest"]
 
@@ -943,6 +953,11 @@ MODULES = {
             x = te.placeholder((n,), "int8", name="X")
             k = te.reduce_axis((0, n), name="k")
             return Operator([x], te.compute((1,), lambda _: te.sum(x[k].astype("int32"), axis=k), name="S"), flops=n)
+        def many_axes(n=2):  # 13 axes: seven spatial, six reductions
+            x = te.placeholder((n + 1,) * 6 + (n,), "float32", name="X")
+            rs = [te.reduce_axis((0, 2), name=f"r{i}") for i in range(6)]
+            return Operator([x], te.compute((n,) * 7, lambda *a: te.sum(
+                x[tuple(a[i] + rs[i] for i in range(6)) + (a[6],)], axis=rs), name="Y"), flops=n ** 7)
         def unlisted(n=4):
             x, z = te.placeholder((n,), "float32", name="X"), te.placeholder((n,), "float32", name="Z")
             return Operator([x], te.compute((n,), lambda i: x[i] + z[i], name="Y"), flops=n)
@@ -1002,6 +1017,7 @@ CASES = [
                                 "drops, so its kernels would reduce every term: put the condition in the terms"),
     ("hand_written:endless", {}, "axis k of stage S has 1,073,741,824 iterations; at most 1,073,741,823 (2^30 - 1), "
                                  "where TVM's loop unroller overflows and compiles without bound"),
+    ("hand_written:many_axes", {}, "its main stage Y has 13 axes; at most 12 are supported"),
     ("hand_written:unlisted", {}, "it reads Z, a te.placeholder that is not among its inputs (X): list it in inputs"),
     ("unsigned32:op", {}, "tensor X is uint32; its tensors may be float16, bfloat16, float32, float64, int8, uint8, "
                         "int16, int32, int64"),

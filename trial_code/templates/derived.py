@@ -98,8 +98,11 @@ TRANSPOSE_TILE = 16
 rows and columns stay in L1 while each is read along one and written along the other. Copied
 element by element, the copy of a dense layer's 768 x 768 weights held the layer norm after it
 to 144 GFLOPS, in tiles 195 (docs/results/operators: OpEvo's best of 64 trials)."""
-MAX_AXES = 8
-"""Axes of the main stage at most: ``order`` permutes them all (8! = 40,320 orders)."""
+MAX_AXES = 12
+"""Axes of the main stage at most (a 3-D convolution has 9, a convolution of a blocked layout
+such as NCHW8c 8): each is tiled, and ``order`` and ``inner_order`` permute them all, which
+OpEvo searches by swaps; 12-axis computations build and check on the CPU and compile for the GPU
+in a second or two."""
 MAX_ROWS_PER_THREAD = 16
 """A normalization's rows one GPU thread reduces: their running values stay in registers."""
 REGISTER_OVERHEAD = 40
