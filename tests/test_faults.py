@@ -235,7 +235,7 @@ def test_a_forked_worker_reports_as_a_worker_program_does(tmp_path, env, fault):
         if fault == "none":
             assert report["status"] == "NO_ERROR" and report["tflops"] > 0, report
         elif fault == "segfault":
-            assert report["status"] == "RUNTIME_DEVICE" and "worker died (signal 11)" in report["error"], report
+            assert report["status"] == "RUNTIME_DEVICE" and "worker died (signal 11, SIGSEGV)" in report["error"], report
         else:
             assert report["status"] == "RUN_TIMEOUT" and "3 s limit" in report["error"], report
     assert gone(env["NNI_OPEVO_LOCK_DIR"])
@@ -327,7 +327,7 @@ def test_a_killed_worker_is_a_reported_failure(tmp_path, env):
     workers(lock_dir)[0].kill()
     out, _ = process.communicate(timeout=60)
     report = json.loads(out)
-    assert report["status"] == "RUNTIME_DEVICE" and "worker died (signal 9)" in report["error"]
+    assert report["status"] == "RUNTIME_DEVICE" and "worker died (signal 9, SIGKILL)" in report["error"]
     assert report["default"] == 0.0
 
 
@@ -335,7 +335,7 @@ def test_a_segfaulting_kernel_is_a_reported_failure(tmp_path, env):
     out = subprocess.run(trial_command(), env=inject(tmp_path, env, SEGFAULT), cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
     report = json.loads(out.stdout)
-    assert report["status"] == "RUNTIME_DEVICE" and "worker died (signal 11)" in report["error"], report
+    assert report["status"] == "RUNTIME_DEVICE" and "worker died (signal 11, SIGSEGV)" in report["error"], report
 
 
 @pytest.mark.slow(seconds=5)

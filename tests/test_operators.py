@@ -870,6 +870,30 @@ def test_an_operator_declares_the_values_its_inputs_are_drawn_among(tmp_path, mo
     assert 4.0 <= v.min() and v.max() < 5.0
 
 
+def test_an_integer_division_by_a_drawn_zero_names_the_signal_and_the_values_that_avoid_it(tmp_path, monkeypatch):
+    """Integers are drawn in [-8, 8): a divisor among them is zero somewhere, and the kernel
+    dies of SIGFPE. The trial says so and what to declare; declared as 1..8, the trial passes."""
+    (tmp_path / "divides.py").write_text(textwrap.dedent("""
+        from tvm import te
+        from trial_code.operators import Operator
+        def quotient(n=256, declared=False):
+            x, y = te.placeholder((n,), "int32", name="X"), te.placeholder((n,), "int32", name="Y")
+            return Operator([x, y], te.compute((n,), lambda i: te.floordiv(x[i], y[i]), name="Q"), flops=n,
+                            reference=lambda x, y: x // y, values={"Y": (1, 8)} if declared else None)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    results = []
+    for declared in (False, True):
+        workload = workloads.make("operator", operator="divides:quotient", declared=declared)
+        params, _ = constraint.draw(workload, targets.cpu(), 0)
+        results.append(evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1)))
+    assert results[0].status.name == "RUNTIME_DEVICE" and results[0].error.startswith(
+        "worker died (signal 8, SIGFPE: an integer division by zero (or of the least integer by -1) in the "
+        "computation: declare the divisor's values without zero, Operator(values={name: (1, high)}))"), results[0]
+    assert results[1].status.name == "NO_ERROR", results[1]
+
+
 @pytest.mark.slow(seconds=5)
 @NEEDS_NVCC
 @pytest.mark.parametrize("name", list(SMALL))

@@ -162,10 +162,25 @@ def _verdict(workload: Workload, limits: Limits, events: list[dict[str, Any]], r
                       latency_ms=latency * 1e3,
                       build_s=build_s, repeats_ms=tuple(r * 1e3 for r in last["repeats_s"]))
     # The worker died without a verdict: a crash inside TVM, the compiler or the kernel.
-    how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+    how = _signalled(-returncode) if returncode < 0 else f"exit code {returncode}"
     status = (Status.RUNTIME_DEVICE if "measuring" in phases
               else Status.UNKNOWN_ERROR if "built" in phases else Status.COMPILE_HOST)
     return Result(status, build_s=build_s, error=f"worker died ({how}): {tail[-800:]}")
+
+
+SIGNAL_CAUSES = {signal.SIGFPE: "an integer division by zero (or of the least integer by -1) in the computation: "
+                                 "declare the divisor's values without zero, Operator(values={name: (1, high)})"}
+"""What a signal that kills a worker most likely means, where the user can act on it."""
+
+
+def _signalled(number: int) -> str:
+    """``signal 8, SIGFPE: <its likely cause>``, or the number alone for one Python does not name."""
+    try:
+        found = signal.Signals(number)
+    except ValueError:
+        return f"signal {number}"
+    cause = SIGNAL_CAUSES.get(found)
+    return f"signal {number}, {found.name}" + (f": {cause}" if cause else "")
 
 
 def _run_worker(job: dict[str, Any], limits: Limits, stderr: Any) -> tuple[list[dict[str, Any]], int, bool]:
