@@ -977,6 +977,9 @@ MODULES = {
             x = te.placeholder((n,), "int8", name="X")
             k = te.reduce_axis((0, n), name="k")
             return Operator([x], te.compute((1,), lambda _: te.sum(x[k].astype("int32"), axis=k), name="S"), flops=n)
+        def middle_softmax(n=4):  # its rows run along the middle axis
+            x = te.placeholder((n, 32, 8), "float32", name="X")
+            return Operator([x], topi.nn.softmax(x, axis=1), flops=n)
         def many_axes(n=2):  # 13 axes: seven spatial, six reductions
             x = te.placeholder((n + 1,) * 6 + (n,), "float32", name="X")
             rs = [te.reduce_axis((0, 2), name=f"r{i}") for i in range(6)]
@@ -1041,6 +1044,9 @@ CASES = [
                                 "drops, so its kernels would reduce every term: put the condition in the terms"),
     ("hand_written:endless", {}, "axis k of stage S has 1,073,741,824 iterations; at most 1,073,741,823 (2^30 - 1), "
                                  "where TVM's loop unroller overflows and compiles without bound"),
+    ("hand_written:middle_softmax", {}, "its output's leading axes [4, 32] are not its main stage's spatial axes "
+                                        "[4, 8]: stages that reduce before and after another are supported only row by "
+                                        "row, reducing the last axes (softmax, normalizations)"),
     ("hand_written:many_axes", {}, "its main stage Y has 13 axes; at most 12 are supported"),
     ("hand_written:unlisted", {}, "it reads Z, a te.placeholder that is not among its inputs (X): list it in inputs"),
     ("unsigned32:op", {}, "tensor X is uint32; its tensors may be float16, bfloat16, float32, float64, int8, uint8, "

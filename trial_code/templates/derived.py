@@ -502,6 +502,12 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
                          value_registers=value_registers)
     row_extents = _long([a.extent for a in axes if not a.reduction])
     normalizes = _normalizes(sch, stages, row_extents)
+    if normalizes:
+        output = _long([int(iv.dom.extent) for iv in sch.get(stages.after[-1]).iter_vars])
+        if output[:len(row_extents)] != row_extents:
+            raise ValueError(f"operator {spec}: its output's leading axes {output[:len(row_extents)]} are not its main "
+                             f"stage's spatial axes {row_extents}: stages that reduce before and after another are "
+                             "supported only row by row, reducing the last axes (softmax, normalizations)")
     separate, kept = ((), ()) if normalizes else _before_main(s_tir.Schedule(tvm.IRModule({"main": function})))
     kept_before = tuple(tuple(axes[i].name for i in positions) for positions in kept)
     across = [sch.get(b) for b in stages.before if _spatial_elements(sch, b) > math.prod(row_extents)] \
@@ -975,15 +981,9 @@ def _reduce_rows_in_vectors(sch: Any, block: Any, anchor: Any, lanes: int) -> No
 
 def _row_loops(sch: Any, output: Any, spatial: list[Axis]) -> list[Any]:
     """The output's leading loops longer than one, one per row axis of the main stage
-    (``Structure.row_axes``), of the same extents; ValueError when the output is not laid out by
-    rows of the main stage."""
-    loops = [loop for loop in sch.get_loops(output) if int(sch.get(loop).extent) > 1]
-    extents = [int(sch.get(loop).extent) for loop in loops]
-    if extents[:len(spatial)] != [a.extent for a in spatial]:
-        raise ValueError(f"the output's leading axes {extents[:len(spatial)]} are not the main stage's spatial axes "
-                         f"{[a.extent for a in spatial]}: stages that reduce before and after another are supported "
-                         "only row by row (softmax, normalizations)")
-    return loops[:len(spatial)]
+    (``Structure.row_axes``), of the same extents (``_structure_cached`` refuses an output laid
+    out otherwise)."""
+    return [loop for loop in sch.get_loops(output) if int(sch.get(loop).extent) > 1][:len(spatial)]
 
 
 def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str, Any]) -> None:
