@@ -285,6 +285,18 @@ USER_OPERATORS = """
         return Operator([x, w], topi.nn.conv3d_ncdhw(x, w, 1, 1, 1, 1), flops=2 * channels * size ** 3 * out * 27,
                         reference=reference)
 
+    def conv2d_nchwc(chunks=2, size=10, out=2):  # TOPI's blocked layout, NCHW8c: it asks for a current target
+        x = te.placeholder((1, chunks, size, size, 8), "float32", name="X")
+        w = te.placeholder((out, chunks, 3, 3, 8, 8), "float32", name="W")
+        def reference(x, w):
+            plain = np.pad(x.transpose(0, 1, 4, 2, 3).reshape(1, chunks * 8, size, size), ((0, 0), (0, 0), (1, 1), (1, 1)))
+            weights = w.transpose(0, 5, 1, 4, 2, 3).reshape(out * 8, chunks * 8, 3, 3)
+            y = sum(np.einsum("bchw,oc->bohw", plain[:, :, dy:dy + size, dx:dx + size], weights[:, :, dy, dx])
+                    for dy in range(3) for dx in range(3))
+            return y.reshape(1, out, 8, size, size).transpose(0, 1, 3, 4, 2)
+        return Operator([x, w], topi.nn.conv2d_NCHWc(x, w, (1, 1), (1, 1), (1, 1), "NCHW8c", "NCHW8c", "float32"),
+                        flops=2 * chunks * 8 * size * size * out * 8 * 9, reference=reference)
+
     def max_pool(channels=8, size=16):
         x = te.placeholder((1, channels, size, size), "float32", name="X")
         def reference(x):
@@ -385,7 +397,8 @@ USER_OPERATORS = """
             if target.kind == "cuda" and inner < 128:
                 raise Infeasible(f"a thread's inner reduction of {inner} steps is under 128")
 """
-TOPI_BUILT = ["dense", "conv2d", "conv3d", "max_pool", "global_average", "reshaped_matmul", "log_softmax", "add_relu"]
+TOPI_BUILT = ["dense", "conv2d", "conv3d", "conv2d_nchwc", "max_pool", "global_average", "reshaped_matmul", "log_softmax",
+              "add_relu"]
 SINGLE_VALUES = ["dot", "mse", "norm", "share", "total", "argmax_all"]
 TUPLES = ["argmax", "argmin_columns", "largest"]
 
@@ -622,8 +635,9 @@ def test_gpu_threads_write_out_only_the_loops_that_index_their_registers(user_op
 @NEEDS_NVCC
 @pytest.mark.parametrize("name", TOPI_BUILT)
 def test_operators_built_from_topi_run_and_match_on_the_cpu_and_compile_for_the_gpu(user_operators, name):
-    """TOPI's operators as a user composes them (a dense layer, a padded convolution and max
-    pooling, a global average, a reshape before a MatMul, a log-softmax, element-wise ones): an
+    """TOPI's operators as a user composes them (a dense layer, padded 2-D and 3-D convolutions, one
+    of a blocked layout, whose TOPI function asks for a current target, max pooling, a global
+    average, a reshape before a MatMul, a log-softmax, element-wise ones): an
     admitted configuration of each builds, runs and matches its reference on the CPU, and one
     of its CUDA space compiles free of local memory."""
     workload = user_operators(name)
