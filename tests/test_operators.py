@@ -908,6 +908,31 @@ def test_an_integer_division_by_a_drawn_zero_names_the_signal_and_the_values_tha
     assert results[1].status.name == "NO_ERROR", results[1]
 
 
+def test_an_integer_sum_that_wraps_in_its_type_says_so(tmp_path, monkeypatch):
+    """An int8 sum of 1024 values in [-8, 8) leaves int8 and wraps where the float64 reference
+    does not: the wrong answer says why and what to do; summed in int32, the trial passes."""
+    (tmp_path / "sums.py").write_text(textwrap.dedent("""
+        from tvm import te
+        from trial_code.operators import Operator
+        def row_sums(rows=16, cols=1024, wide=False):
+            x = te.placeholder((rows, cols), "int8", name="X")
+            k = te.reduce_axis((0, cols), name="k")
+            y = te.compute((rows,), lambda i: te.sum(x[i, k].astype("int32") if wide else x[i, k], axis=k), name="S")
+            return Operator([x], y, flops=rows * cols, reference=lambda x: x.sum(axis=1))
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    results = []
+    for wide in (False, True):
+        workload = workloads.make("operator", operator="sums:row_sums", wide=wide)
+        params, _ = constraint.draw(workload, targets.cpu(), 0)
+        results.append(evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1)))
+    assert results[0].status.name == "WRONG_ANSWER" and results[0].error.endswith(
+        "; the reference lies outside int8's -128..127, where the kernel's int8 arithmetic wraps: compute in a wider "
+        "type (te.sum(x.astype('int32') ...)) or declare smaller values (Operator(values=...))"), results[0]
+    assert results[1].status.name == "NO_ERROR", results[1]
+
+
 @pytest.mark.slow(seconds=5)
 @NEEDS_NVCC
 @pytest.mark.parametrize("name", list(SMALL))

@@ -30,7 +30,7 @@ import tvm
 from .device_lock import own_folder
 from .files import user_cache
 from .indices import IndexRange, bounds, index_ranges
-from .precision import Tolerance, numpy_dtype, poison, random_inputs, tolerance
+from .precision import Tolerance, numpy_dtype, poison, random_inputs, tolerance, type_range
 from .targets import Target
 from .templates import for_workload
 from .templates.base import sample_indices
@@ -214,19 +214,32 @@ def verify(workload: Workload, function: Any, host: list[np.ndarray], args: list
     _check_all_written(function, args, device, out)
     if prepared is None:
         index = sample_indices(out.shape, SAMPLES, np.random.default_rng(seed + 1))
-        expected, magnitude = for_workload(workload).reference(workload, host, index)
-        allowed_by = signature(workload).tolerance
-    else:
-        index, expected, magnitude = prepared.index, prepared.expected, prepared.magnitude
-        allowed_by = prepared.signature.tolerance
+        prepared = _check_finite(workload, Prepared(host, signature(workload), index,
+                                                    *for_workload(workload).reference(workload, host, index)))
+    index, expected, magnitude = prepared.index, prepared.expected, prepared.magnitude
+    allowed_by = prepared.signature.tolerance
     got = np.atleast_1d(out[tuple(index.T)]).astype(np.float64)
     error = np.abs(got - expected)
     allowed = allowed_by.relative * magnitude + allowed_by.absolute
     worst = int(np.argmax(error - allowed))
     if error[worst] > allowed[worst]:
         raise WrongAnswer(f"output{tuple(int(i) for i in index[worst])} = {got[worst]:.6g}, "
-                          f"reference {expected[worst]:.6g} (|error| {error[worst]:.3g} > {allowed[worst]:.3g})")
+                          f"reference {expected[worst]:.6g} (|error| {error[worst]:.3g} > {allowed[worst]:.3g})"
+                          + _wraps(out.dtype, expected[worst]))
     return run_s
+
+
+def _wraps(dtype: np.dtype, expected: float) -> str:
+    """Where an integer output's reference lies outside its type: what the kernel's arithmetic
+    does with it (it wraps, the float64 reference does not), and what to do; else nothing."""
+    if not np.issubdtype(dtype, np.integer):
+        return ""
+    least, greatest = type_range(dtype)
+    if least <= expected <= greatest:
+        return ""
+    return (f"; the reference lies outside {dtype}'s {least}..{greatest}, where the kernel's {dtype} arithmetic "
+            "wraps: compute in a wider type (te.sum(x.astype('int32') ...)) or declare smaller values "
+            "(Operator(values=...))")
 
 
 def _check_all_written(function: Any, args: list[Any], device: Any, out: np.ndarray) -> None:
