@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from call_kernel import built, call
 from cuda_build import H100, cuda_source, local_memory, ptxas, registers_only
-from feasible import runs_and_matches
+from feasible import exported, runs_and_matches
 from nni_experiment import free_port, launched_id, stop_in_background
 
 from nni_opevo_tools import best as best_json
@@ -908,6 +908,34 @@ def test_an_integer_division_by_a_drawn_zero_names_the_signal_and_the_values_tha
     assert results[1].status.name == "NO_ERROR", results[1]
 
 
+def test_an_input_of_no_axes_is_passed_as_one_value(tmp_path, monkeypatch):
+    """A scale given as a tensor of shape () (a learning rate, a quantization step) is drawn,
+    uploaded and loaded as one value, where a copy made it an array of one element and the trial
+    ended RUNTIME_DEVICE ('Mismatched S.ndim'); its CUDA kernel compiles free of local memory."""
+    (tmp_path / "scaled.py").write_text(textwrap.dedent("""
+        from tvm import te
+        from trial_code.operators import Operator
+        def scale(n=256):
+            x, s = te.placeholder((n,), "float32", name="X"), te.placeholder((), "float32", name="S")
+            return Operator([x, s], te.compute((n,), lambda i: x[i] * s(), name="Y"), flops=n,
+                            reference=lambda x, s: x * s)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    workload = workloads.make("operator", operator="scaled:scale")
+    params, _ = constraint.draw(workload, targets.cpu(), 0)
+    result = evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1))
+    assert result.status.name == "NO_ERROR", result
+    loaded = exported(workload, targets.cpu(), str(tmp_path / "scale.so"))
+    x = np.arange(256, dtype=np.float32)
+    for s in (np.array(2.5, dtype=np.float32), np.float64(2.5), 2.5):
+        np.testing.assert_array_equal(loaded(x, s), x * 2.5)
+    with pytest.raises(ValueError, match=r"input 1 of .* must have shape \(\), got \(1,\)"):
+        loaded(x, np.array([2.5], dtype=np.float32))
+    if shutil.which("nvcc"):
+        registers_only(workload, constraint.draw(workload, H100, 0)[0])
+
+
 def test_an_integer_sum_that_wraps_in_its_type_says_so(tmp_path, monkeypatch):
     """An int8 sum of 1024 values in [-8, 8) leaves int8 and wraps where the float64 reference
     does not: the wrong answer says why and what to do; summed in int32, the trial passes."""
@@ -1019,6 +1047,9 @@ MODULES = {
         def middle_softmax(n=4):  # its rows run along the middle axis
             x = te.placeholder((n, 32, 8), "float32", name="X")
             return Operator([x], topi.nn.softmax(x, axis=1), flops=n)
+        def listed_twice(n=4):
+            x = te.placeholder((n,), "float32", name="X")
+            return Operator([x, x], te.compute((n,), lambda i: x[i] * 2, name="Y"), flops=n)
         def many_axes(n=2):  # 13 axes: seven spatial, six reductions
             x = te.placeholder((n + 1,) * 6 + (n,), "float32", name="X")
             rs = [te.reduce_axis((0, 2), name=f"r{i}") for i in range(6)]
@@ -1086,6 +1117,7 @@ CASES = [
     ("hand_written:middle_softmax", {}, "its output's leading axes [4, 32] are not its main stage's spatial axes "
                                         "[4, 8]: stages that reduce before and after another are supported only row by "
                                         "row, reducing the last axes (softmax, normalizations)"),
+    ("hand_written:listed_twice", {}, "input X is listed 2 times among its inputs: list each tensor once"),
     ("hand_written:many_axes", {}, "its main stage Y has 13 axes; at most 12 are supported"),
     ("hand_written:unlisted", {}, "it reads Z, a te.placeholder that is not among its inputs (X): list it in inputs"),
     ("unsigned32:op", {}, "tensor X is uint32; its tensors may be float16, bfloat16, float32, float64, int8, uint8, "

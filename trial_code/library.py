@@ -236,7 +236,7 @@ def _from_host(host: np.ndarray, dtype: np.dtype, device: Any) -> Any:
     read it as it lies, else a copy."""
     if device.dlpack_device_type() == _CPU and _in_place(host, dtype):
         return tvm.runtime.from_dlpack(host)
-    return tvm.runtime.tensor(np.ascontiguousarray(host, dtype=dtype), device)
+    return tvm.runtime.tensor(np.asarray(host, dtype=dtype, order="C"), device)
 
 
 def _in_place(array: np.ndarray, dtype: np.dtype) -> bool:

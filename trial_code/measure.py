@@ -193,7 +193,7 @@ def upload(prepared: Prepared, device: Any) -> list[Any]:
     """Device tensors of the inputs and a poisoned output of the output's type (``precision.poison``)."""
     shape, dtype = prepared.signature.output
     output = np.full(shape, poison(dtype)[0], dtype=dtype)
-    return [tvm.runtime.tensor(np.ascontiguousarray(a), device) for a in prepared.host] + \
+    return [tvm.runtime.tensor(np.asarray(a, order="C"), device) for a in prepared.host] + \
         [tvm.runtime.tensor(output, device)]
 
 

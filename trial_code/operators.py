@@ -220,6 +220,11 @@ def _check_operator(spec: str, op: Operator) -> None:
         raise ValueError(f"operator {spec}: inputs must be a non-empty list of te tensors and output a te tensor")
     if any(not isinstance(t.op, te.PlaceholderOp) for t in op.inputs):
         raise ValueError(f"operator {spec}: every input must be a te.placeholder")
+    listed = [t.op for t in op.inputs]
+    for tensor in op.inputs:
+        if listed.count(tensor.op) > 1:
+            raise ValueError(f"operator {spec}: input {tensor.op.name} is listed {listed.count(tensor.op)} times among "
+                             "its inputs: list each tensor once (the kernel takes each argument once)")
     if isinstance(op.output.op, te.PlaceholderOp):
         raise ValueError(f"operator {spec}: the output must be a te.compute, not an input")
     _check_stages(spec, op)

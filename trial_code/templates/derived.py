@@ -449,10 +449,10 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     check_bytes(f"operator {spec}", size)
     try:
         function = te.create_prim_func(tensors)
+        sch = s_tir.Schedule(tvm.IRModule({"main": function}))
     except Exception as e:
         raise ValueError(f"operator {spec}: TVM cannot make a function of it ({type(e).__name__}: "
                          f"{str(e).strip().splitlines()[-1]})") from None
-    sch = s_tir.Schedule(tvm.IRModule({"main": function}))
     stages = _stages(sch)
     block = sch.get(stages.main)
     if len(block.iter_vars) > MAX_AXES:
@@ -1174,7 +1174,7 @@ def _unscheduled(tensors: list[Any], inputs: list[np.ndarray]) -> np.ndarray:
 
     executable = tvm.compile(tvm.IRModule({"main": te.create_prim_func(tensors)}), target="llvm")
     device = tvm.cpu(0)
-    arguments = [tvm.runtime.tensor(np.ascontiguousarray(x, dtype=numpy_dtype(str(t.dtype))), device)
+    arguments = [tvm.runtime.tensor(np.asarray(x, dtype=numpy_dtype(str(t.dtype)), order="C"), device)
                  for x, t in zip(inputs, tensors)]
     output = tvm.runtime.empty(tuple(int(d) for d in tensors[-1].shape), str(tensors[-1].dtype), device)
     executable["main"](*arguments, output)
