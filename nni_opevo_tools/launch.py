@@ -87,9 +87,12 @@ def first_trial(workload: Workload, target: str) -> None:
                          f"them): {refusal}")
     result = evaluate(workload, params, resolved)
     if result.status.name != "NO_ERROR":
-        detail = " ".join(result.error.split())[-400:]
+        detail = " ".join(result.error.split())
+        own = f"ValueError: operator {workload.shape['operator']}: "
+        if detail.startswith(own):  # the operator's own refusal (its reference), not the configuration's
+            raise ValueError(detail.removeprefix("ValueError: "))
         raise ValueError(f"operator {workload.shape['operator']}: a first configuration ended {result.status.name}"
-                         f": {detail}")
+                         f": {detail[-400:]}")
     for found in (part for parts in index_ranges(template.compute(workload)) for part in parts):
         print(f"{workload.name}: input {found.name}{found.shown} is drawn among {found.low}..{found.high}, the "
               f"positions of {found.indexes} it indexes", flush=True)
