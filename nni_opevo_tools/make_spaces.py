@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from nni_opevo import catalog
-from trial_code import cli, constraint, networks, workloads
+from trial_code import cli, constraint, networks, operators, workloads
 from trial_code.cli import add_workload_options, workload_from
 from trial_code.templates import for_workload
 from trial_code.workloads import Workload
@@ -153,6 +153,10 @@ def write_space(path: str, space: dict[str, Any]) -> str:
 
 
 def write_spaces(layout: Layout, workload: Workload) -> list[str]:
+    """A workload's search spaces; ValueError where it is a user's operator whose module the
+    experiment's trials, started in the layout's folder, would not import."""
+    if workload.family == "operator":
+        operators.check_reachable(workload.shape["operator"], layout.code)
     template = for_workload(workload)
     return [write_space(layout.space(workload, kind), template.space(workload, kind)) for kind in KINDS]
 
@@ -169,6 +173,9 @@ def write_network(layout: Layout, network: str, tuner: str, allocator: str = "gr
     """``search_spaces/<network>.<kind>.json`` and ``experiments/<network>/<tuner>[-cpu].yml``:
     every layer in one experiment, the trials shared out by the network tuner."""
     layers = networks.lookup(network)
+    for layer in layers:
+        if layer.workload.family == "operator":
+            operators.check_reachable(layer.workload.shape["operator"], layout.code)
     label = network
     if network not in networks.NETWORKS:  # a JSON file: named by its stem, given to trials by its full path
         label, network = os.path.splitext(os.path.basename(network))[0], os.path.abspath(network)

@@ -1187,6 +1187,35 @@ def test_the_launcher_refuses_a_broken_operator_without_a_traceback(tmp_path):
                                     "(ModuleNotFoundError: No module named 'not_a_module_anywhere')")
 
 
+@pytest.mark.slow(seconds=20)
+def test_an_experiment_written_where_its_operators_module_is_not_found_is_refused(tmp_path):
+    """The module beside the user is found through the current folder; an experiment written
+    into another folder starts its trials and tuner there, where every one would fail to import
+    it. ``spaces`` refuses in one line and writes nothing, for one operator and for a JSON
+    network with an operator layer; written beside the module, both are written."""
+    (tmp_path / "myops.py").write_text(textwrap.dedent("""
+        from tvm import te
+        from trial_code.operators import Operator
+        def double(n=64):
+            x = te.placeholder((n,), "float32", name="X")
+            return Operator([x], te.compute((n,), lambda i: x[i] * 2, name="Y"), flops=n)
+    """))
+    (tmp_path / "net.json").write_text(json.dumps({"layers": [
+        {"name": "double", "count": 2, "workload": {"family": "operator", "shape": {"operator": "myops:double"}}}]}))
+    elsewhere = tmp_path / "elsewhere"
+    for given in (["--operator", "myops:double"], ["--network", "net.json"]):
+        refused = subprocess.run([*CLI, "spaces", *given, "--root", str(elsewhere)], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=120)
+        assert refused.returncode != 0 and refused.stderr.strip() == (
+            f"nni-opevo spaces: operator myops:double: its module myops is found in {tmp_path}, the current folder, "
+            f"but the experiment's trials and tuner run in {elsewhere}: write the experiment there (--root {tmp_path}), "
+            "or install the module (or add its folder to PYTHONPATH)"), refused.stderr
+        assert not elsewhere.exists()
+        written = subprocess.run([*CLI, "spaces", *given], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert written.returncode == 0, written.stderr
+    assert {p.name for p in (tmp_path / "experiments").iterdir()} == {"double", "net"}
+
+
 def test_an_operator_workload_travels_in_the_trial_command_and_back():
     workload = _example("softmax")
     assert workload.name == "softmax_rows64_cols128" and DerivedTemplate is type(for_workload(workload))

@@ -38,6 +38,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .indices import IndexRange, index_ranges
@@ -114,6 +115,26 @@ def resolve(spec: str) -> Any:
         return getattr(module, attribute)
     except AttributeError:
         raise ValueError(f"operator {spec}: module {module_name} has no {attribute!r}") from None
+
+
+def check_reachable(spec: str, folder: str) -> None:
+    """ValueError, one line, where the module ``spec`` names was found only through the current
+    folder and an experiment's trials and tuner, started in ``folder``, would not find it: not
+    in ``folder``, not on the path a new interpreter has (installed, ``PYTHONPATH``)."""
+    module_name = check_spec(spec).partition(":")[0]
+    resolve(spec)
+    file = getattr(sys.modules[module_name], "__file__", None)
+    if not file:  # a namespace package: found the same way from anywhere
+        return
+    entry = Path(file).resolve().parent
+    for _ in range(module_name.count(".") + (Path(file).name == "__init__.py")):
+        entry = entry.parent
+    here = Path.cwd().resolve()
+    reachable = {Path(p).resolve() for p in sys.path if p and Path(p).resolve() != here} | {Path(folder).resolve()}
+    if entry not in reachable:
+        raise ValueError(f"operator {spec}: its module {module_name} is found in {entry}, the current folder, but the "
+                         f"experiment's trials and tuner run in {folder}: write the experiment there (--root {entry}), "
+                         "or install the module (or add its folder to PYTHONPATH)")
 
 
 # TVM's ``tag_scope`` (behind every TOPI operator) keeps its current tag in a class attribute,
