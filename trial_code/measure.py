@@ -74,13 +74,13 @@ class Signature:
     output: tuple[tuple[int, ...], np.dtype]
     tolerance: Tolerance
     ranges: tuple[tuple[IndexRange, ...], ...]
-    values: tuple[tuple[float, float] | None, ...] = ()
+    values: tuple[tuple[float, float] | None, ...]
 
     def drawn(self) -> list[tuple[Any, Any] | None]:
         """What ``precision.random_inputs`` draws each input among: an index's positions, else
         its declared values, else None (its type's defaults)."""
-        values = self.values or (None,) * len(self.inputs)
-        return [bounds(r, shape, dtype) or given for r, (shape, dtype), given in zip(self.ranges, self.inputs, values)]
+        return [bounds(r, shape, dtype) or given
+                for r, (shape, dtype), given in zip(self.ranges, self.inputs, self.values)]
 
     @property
     def input_bytes(self) -> int:

@@ -132,9 +132,10 @@ def check_reachable(spec: str, folder: str) -> None:
     here = Path.cwd().resolve()
     reachable = {Path(p).resolve() for p in sys.path if p and Path(p).resolve() != here} | {Path(folder).resolve()}
     if entry not in reachable:
-        raise ValueError(f"operator {spec}: its module {module_name} is found in {entry}, the current folder, but the "
-                         f"experiment's trials and tuner run in {folder}: write the experiment there (--root {entry}), "
-                         "or install the module (or add its folder to PYTHONPATH)")
+        where = f"{entry}, the current folder," if entry == here else f"{entry}"
+        raise ValueError(f"operator {spec}: its module {module_name} is found in {where} but the experiment's trials "
+                         f"and tuner run in {folder}: write the experiment there (--root {entry}), or install the "
+                         "module (or add its folder to PYTHONPATH)")
 
 
 # TVM's ``tag_scope`` (behind every TOPI operator) keeps its current tag in a class attribute,
