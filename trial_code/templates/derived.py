@@ -359,6 +359,8 @@ class DerivedTemplate(Template):
         cpu = target.kind != "cuda"
         if found.total:
             stages = _stages(sch)
+            for before in stages.before:  # reductions along rows (a loss's log-softmax): in parallel over the rows
+                leftover(sch, before, cuda=not cpu)
             scheduled = totals.schedule_cpu if cpu else totals.schedule_cuda
             scheduled(sch, stages.main, stages.after, found.reduction_extents, params)
             return
@@ -470,10 +472,11 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     if total and not any(a.reduction for a in axes):
         raise ValueError(f"operator {spec}: its main stage {block.name_hint} computes a single value without "
                          "reducing: there is nothing to tune")
-    if total and stages.before:
+    single = next((b for b in stages.before if _spatial_elements(sch, b) == 1), None) if total else None
+    if single is not None:
         raise ValueError(f"operator {spec}: its reduction to a single value {block.name_hint} reads stage "
-                         f"{sch.get(stages.before[0]).name_hint}, which it cannot inline: a reduction to a single "
-                         "value after another reduction (a log-sum-exp of every element) is not supported")
+                         f"{sch.get(single).name_hint}, a single value reduced before it: a reduction to a single "
+                         "value after another (a log-sum-exp of every element) is not supported")
     variables = [iv.var for iv in block.iter_vars]
     params = {t.op.name for t in op.inputs}
     footprints: dict[str, Footprint] = {}
