@@ -946,6 +946,33 @@ def test_an_input_of_no_axes_is_passed_as_one_value(tmp_path, monkeypatch):
         registers_only(workload, constraint.draw(workload, H100, 0)[0])
 
 
+def test_a_masked_output_of_infinities_is_compared_exactly(tmp_path, monkeypatch):
+    """Scores masked to minus infinity above the diagonal (a causal mask, as a kernel of its own):
+    the check compares each infinity exactly, and each finite value within the tolerance of the
+    finite values' scale; the same computation masked on the other side fails naming an element."""
+    (tmp_path / "masks.py").write_text(textwrap.dedent("""
+        import numpy as np
+        from tvm import te, tirx
+        from trial_code.operators import Operator
+        def causal(n=64, flipped=False):
+            x = te.placeholder((n, n), "float32", name="X")
+            masked = (lambda i, j: j < i) if flipped else (lambda i, j: j > i)
+            y = te.compute((n, n), lambda i, j: te.if_then_else(masked(i, j), tirx.const(-np.inf, "float32"), x[i, j]),
+                           name="Y")
+            return Operator([x], y, flops=n * n, reference=lambda x: np.where(np.triu(np.ones((n, n)), 1) > 0, -np.inf, x))
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    results = []
+    for flipped in (False, True):
+        workload = workloads.make("operator", operator="masks:causal", flipped=flipped)
+        params, _ = constraint.draw(workload, targets.cpu(), 0)
+        results.append(evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1)))
+    assert results[0].status.name == "NO_ERROR", results[0]
+    assert results[1].status.name == "WRONG_ANSWER" and re.search(r"= -inf, reference [-\d.]+ \(|, reference -inf \(",
+                                                                   results[1].error), results[1]
+
+
 def test_an_integer_sum_that_wraps_in_its_type_says_so(tmp_path, monkeypatch):
     """An int8 sum of 1024 values in [-8, 8) leaves int8 and wraps where the float64 reference
     does not: the wrong answer says why and what to do; summed in int32, the trial passes."""
@@ -1094,7 +1121,7 @@ MODULES = {
             x = te.placeholder((n,), dtype, name="X")
             return Operator([x], te.compute((n,), lambda i: te.log(x[i].astype("float32")), name="Y"), flops=n,
                             reference=np.log if reference else None, values=VALUES[values])
-        def one_nan(n=64):  # wrong on purpose, and not finite at one element: no check may pass it
+        def one_nan(n=64):  # wrong on purpose, and NaN at one element: no check may pass it
             x = te.placeholder((n,), "float32", name="X")
             def reference(x):
                 out = x * 3
@@ -1134,9 +1161,9 @@ CASES = [
                         "int16, int32, int64"),
     ("huge:op", {"n": 40000}, "its inputs and output take 11.9 GiB; at most 4 GiB"),
     ("huge:op", {"n": 30000, "dtype": "float64"}, "its inputs and output take 13.4 GiB; at most 4 GiB"),
-    ("domain:log", {}, "its reference is nan at "),
-    ("domain:log", {"reference": "false"}, "its output as written is nan at "),
-    ("domain:one_nan", {}, "its reference is nan at 1 of 64 output elements (output(32,) first) on the inputs the "
+    ("domain:log", {}, "its reference is NaN at "),
+    ("domain:log", {"reference": "false"}, "its output as written is NaN at "),
+    ("domain:one_nan", {}, "its reference is NaN at 1 of 64 output elements (output(32,) first) on the inputs the "
                            "check draws (floats in [-1, 1) unless values= says otherwise), where no kernel can be "
                            "checked: give Operator(values={name: (low, high)}) for the inputs whose draws leave the "
                            "computation's domain"),

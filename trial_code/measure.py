@@ -121,12 +121,13 @@ def _make(workload: Workload, seed: int, sign: Signature | None = None) -> Prepa
 
 
 def _check_finite(workload: Workload, prepared: Prepared) -> Prepared:
-    """``prepared``, or ValueError where its reference is not finite at a sampled element: a
-    comparison with NaN is false, so the check would pass whatever the kernel wrote there."""
-    bad = ~(np.isfinite(prepared.expected) & np.isfinite(prepared.magnitude))
+    """``prepared``, or ValueError where its reference is NaN at a sampled element, or its scale
+    not finite: a comparison with NaN is false, so the check would pass whatever the kernel wrote
+    there. An infinite reference (a masked score) is compared exactly (``verify``)."""
+    bad = np.isnan(prepared.expected) | ~np.isfinite(prepared.magnitude)
     if bad.any():
         first = int(np.argmax(bad))
-        raise ValueError(f"{workload.name}: the reference is not finite at {int(bad.sum())} of the {bad.size} "
+        raise ValueError(f"{workload.name}: the reference is not a number at {int(bad.sum())} of the {bad.size} "
                          f"sampled output elements (output{tuple(int(i) for i in prepared.index[first])} = "
                          f"{prepared.expected[first]:g}, scale {prepared.magnitude[first]:g}), where no kernel "
                          "can be checked")
@@ -219,7 +220,8 @@ def verify(workload: Workload, function: Any, host: list[np.ndarray], args: list
     index, expected, magnitude = prepared.index, prepared.expected, prepared.magnitude
     allowed_by = prepared.signature.tolerance
     got = np.atleast_1d(out[tuple(index.T)]).astype(np.float64)
-    error = np.abs(got - expected)
+    infinite = np.isinf(expected)  # compared exactly: the same infinity, or an error without bound
+    error = np.where(infinite, np.where(got == expected, 0.0, np.inf), np.abs(got - expected))
     allowed = allowed_by.relative * magnitude + allowed_by.absolute
     worst = int(np.argmax(error - allowed))
     if error[worst] > allowed[worst]:
@@ -244,12 +246,12 @@ def _wraps(dtype: np.dtype, expected: float) -> str:
 
 def _check_all_written(function: Any, args: list[Any], device: Any, out: np.ndarray) -> None:
     """The elements still holding the first poison value (``precision.poison``; for floats, any
-    NaN or infinity) are run again under the second: those holding that one too were never
-    written. A float element the kernel computed as NaN or infinite is refused as well, since no
-    comparison with it means anything."""
+    NaN) are run again under the second: those holding that one too were never written. A float
+    element the kernel computed as NaN is refused as well, since no comparison with it means
+    anything."""
     first, second = poison(out.dtype)
     integer = np.issubdtype(out.dtype, np.integer)
-    suspects = out == first if integer else ~np.isfinite(out)
+    suspects = out == first if integer else np.isnan(out)
     if not suspects.any():
         return
     args[-1].copyfrom(np.full(out.shape, second, dtype=out.dtype))
@@ -261,8 +263,8 @@ def _check_all_written(function: Any, args: list[Any], device: Any, out: np.ndar
                           f"values {first} and {second})")
     if not integer:
         at = np.unravel_index(int(np.argmax(suspects)), out.shape)
-        raise WrongAnswer(f"{int(suspects.sum())} of {out.size} output elements were computed as NaN or infinite "
-                          f"(output{tuple(int(i) for i in at)} = {out[at]})")
+        raise WrongAnswer(f"{int(suspects.sum())} of {out.size} output elements were computed as NaN "
+                          f"(output{tuple(int(i) for i in at)})")
 
 
 def one_run(function: Any, args: list[Any], device: Any, first_s: float, min_repeat_ms: int) -> float:

@@ -387,17 +387,18 @@ class DerivedTemplate(Template):
                                  f"the output is {expected_shape}")
         else:
             full = _unscheduled(self.compute(workload), inputs)
-        bad = ~np.isfinite(full)
+        bad = np.isnan(full)
         if bad.any():  # a comparison with NaN is false: the check would pass whatever the kernel wrote
             at = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), full.shape))
             raise ValueError(f"operator {self.spec}: its {'reference' if op.reference else 'output as written'} is "
-                             f"{full[at]:g} at {int(bad.sum()):,} of {full.size:,} output elements (output{at} first) "
-                             "on the inputs the check draws (floats in [-1, 1) unless values= says otherwise), where "
-                             "no kernel can be checked: give Operator(values={name: (low, high)}) for the inputs "
-                             "whose draws leave the computation's domain")
+                             f"NaN at {int(bad.sum()):,} of {full.size:,} output elements (output{at} first) on the "
+                             "inputs the check draws (floats in [-1, 1) unless values= says otherwise), where no "
+                             "kernel can be checked: give Operator(values={name: (low, high)}) for the inputs whose "
+                             "draws leave the computation's domain")
         expected = np.atleast_1d(full[tuple(index.T)])  # a single value's index has no axis
-        scale = float(np.sqrt(np.mean(np.square(full)))) if full.size else 0.0
-        return expected, np.abs(expected) + scale
+        finite = full[np.isfinite(full)]  # an infinity (a masked score) is compared exactly, at no scale
+        scale = float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0
+        return expected, np.where(np.isinf(expected), 0.0, np.abs(expected) + scale)
 
 
 def _row_sums(found: Structure) -> list[int]:
