@@ -117,10 +117,10 @@ def _make(workload: Workload, seed: int, sign: Signature | None = None) -> Prepa
     host = random_inputs(sign.inputs, np.random.default_rng(seed), sign.drawn())
     index = sample_indices(sign.output[0], SAMPLES, np.random.default_rng(seed + 1))
     expected, magnitude = for_workload(workload).reference(workload, host, index)
-    return _check_finite(workload, Prepared(host, sign, index, expected, magnitude))
+    return _check_comparable(workload, Prepared(host, sign, index, expected, magnitude))
 
 
-def _check_finite(workload: Workload, prepared: Prepared) -> Prepared:
+def _check_comparable(workload: Workload, prepared: Prepared) -> Prepared:
     """``prepared``, or ValueError where its reference is NaN at a sampled element, or its scale
     not finite: a comparison with NaN is false, so the check would pass whatever the kernel wrote
     there. An infinite reference (a masked score) is compared exactly (``verify``)."""
@@ -161,10 +161,10 @@ def prepare(workload: Workload, seed: int) -> Prepared:
         with np.load(path) as stored:
             arrays = [_stored(stored[f"input{i}"], shape, dtype) for i, (shape, dtype) in enumerate(sign.inputs)]
             found = Prepared(arrays, sign, stored["index"], stored["expected"], stored["magnitude"])
-        _check_finite(workload, found)
+        _check_comparable(workload, found)
         return found
     except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # not there yet, cut short, or not
-        pass                                                                # finite: made anew (or refused)
+        pass                                                                # comparable: made anew (or refused)
     prepared = _make(workload, seed, sign)
     try:  # written whole under a temporary name, then renamed: a reader never sees half a file
         with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), suffix=".tmp", delete=False) as handle:
@@ -215,7 +215,7 @@ def verify(workload: Workload, function: Any, host: list[np.ndarray], args: list
     _check_all_written(function, args, device, out)
     if prepared is None:
         index = sample_indices(out.shape, SAMPLES, np.random.default_rng(seed + 1))
-        prepared = _check_finite(workload, Prepared(host, signature(workload), index,
+        prepared = _check_comparable(workload, Prepared(host, signature(workload), index,
                                                     *for_workload(workload).reference(workload, host, index)))
     index, expected, magnitude = prepared.index, prepared.expected, prepared.magnitude
     allowed_by = prepared.signature.tolerance
