@@ -359,10 +359,12 @@ class DerivedTemplate(Template):
         cpu = target.kind != "cuda"
         if found.total:
             stages = _stages(sch)
-            for before in stages.before:  # reductions along rows (a loss's log-softmax): in parallel over the rows
-                leftover(sch, before, cuda=not cpu)
             scheduled = totals.schedule_cpu if cpu else totals.schedule_cuda
             scheduled(sch, stages.main, stages.after, found.reduction_extents, params)
+            # Reductions along rows (a loss's log-softmax) after: rfactor fails beside a stage
+            # without loops, which the single value's schedule gives a loop first.
+            for before in stages.before:
+                _reduce_each_row(sch, before, cpu)
             return
         stages = _stages(sch, keep_input_stages=cpu or bool(params.get("shared")),
                          keep_shared=cpu and bool(params.get("compute_once")))
@@ -963,6 +965,24 @@ def _vectorize_lanes(sch: Any, block: Any, anchor: Any) -> None:
     sch.reorder(*others, lane)
     sch.vectorize(lane)
     sch.decompose_reduction(block, others[len(others) - terms])
+
+
+def _reduce_each_row(sch: Any, block: Any, cpu: bool) -> None:
+    """A reduction along rows, a stage of its own: its rows in parallel (a thread each on the
+    GPU); on the CPU each row summed in ``BEFORE_LANES`` partial results read as whole vectors
+    where they split it, then combined."""
+    factored = _factor_in_lanes(sch, block, _vector_lanes(int(sch.get(block).iter_vars[-1].dom.extent),
+                                                          BEFORE_LANES)) if cpu else None
+    if factored is None:
+        leftover(sch, block, cuda=not cpu)
+        return
+    # The combining stage's loops are its rows', then the lanes' (its iterators list the lanes first).
+    spatial = sum(1 for iv in sch.get(block).iter_vars if int(iv.iter_type) == SPATIAL)
+    loops = sch.get_loops(block)[:spatial]
+    rows = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    sch.parallel(rows)
+    sch.compute_at(factored, rows)
+    _vectorize_lanes(sch, factored, rows)
 
 
 def _reduce_rows_in_vectors(sch: Any, block: Any, anchor: Any, lanes: int) -> None:
