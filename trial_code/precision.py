@@ -144,8 +144,8 @@ def poison(dtype: np.dtype) -> tuple[Any, Any]:
     """Two values to fill an output with before a run: an element still holding the first, filled
     with the second for a second run and still holding that, was never written. For floats NaN
     (what the check refuses in any case) and the greatest finite value, which tells an element
-    left unwritten from one the kernel computed as NaN or infinite; for integers, which have no
-    NaN, the least and the greatest."""
+    left unwritten from one the kernel computed as NaN; for integers, which have no NaN, the least
+    and the greatest."""
     least, greatest = type_range(dtype)
     if np.issubdtype(dtype, np.integer):
         return least, greatest
