@@ -884,7 +884,7 @@ def test_an_operator_declares_the_values_its_inputs_are_drawn_among(tmp_path, mo
             k = te.placeholder((n,), "int16", name="K")
             y = te.compute((n,), lambda i: x[i] / te.sqrt(v[i]) * k[i].astype("float32"), name="Y")
             return Operator([x, v, k], y, flops=3 * n, reference=lambda x, v, k: x / np.sqrt(v) * k,
-                            values={"V": VARIANCE, "K": (1, 3)})
+                            values={"V": VARIANCE, "K": (np.int16(1), 3)})
     """)
     (tmp_path / "norms.py").write_text(module)
     monkeypatch.chdir(tmp_path)
@@ -1127,7 +1127,8 @@ MODULES = {
         from trial_code.operators import Operator
         VALUES = {"none": None, "word": "0.5", "unknown": {"Z": [0.5, 1]}, "reversed": {"X": [1, 0.5]},
                   "one": {"X": [0.5]}, "infinite": {"X": [0.5, float("inf")]}, "wide": {"X": [1, 70000]},
-                  "halves": {"X": [1, 2.5]}, "bytes": {"X": [1, 200]}, "positive": {"X": [0.5, 2]}}
+                  "halves": {"X": [1, 2.5]}, "bytes": {"X": [1, 200]}, "positive": {"X": [0.5, 2]},
+                  "huge": {"X": [1, 10 ** 400]}}
         def log(n=64, values="none", reference=True, dtype="float32"):
             x = te.placeholder((n,), dtype, name="X")
             return Operator([x], te.compute((n,), lambda i: te.log(x[i].astype("float32")), name="Y"), flops=n,
@@ -1190,6 +1191,7 @@ CASES = [
      "values['X'] of int8 must be two whole numbers, low no more than high (both drawn); got [1, 2.5]"),
     ("domain:log", {"values": "bytes", "dtype": "int8"}, "values['X'] = [1, 200] leaves int8, which holds "
                                                                  "-128 to 127"),
+    ("domain:log", {"values": "huge", "dtype": "int64"}, "values['X'] = [1, 1000"),
     ("domain:twins", {}, "values names 'X', which 2 inputs are named: give them names of their own"),
     ("domain:gather", {}, "values names I, which indexes T's axis 0: the positions it is drawn among are derived "
                           "(0..99), not given"),

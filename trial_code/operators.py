@@ -32,6 +32,7 @@ import contextlib
 import importlib
 import inspect
 import math
+import numbers
 import os
 import re
 import sys
@@ -293,7 +294,8 @@ def _check_values(spec: str, op: Operator, ranges: list[tuple[IndexRange, ...]])
                              f"it is drawn among are derived ({found.low}..{found.high}), not given")
         dtype = str(op.inputs[position].dtype)
         pair = isinstance(given, (tuple, list)) and len(given) == 2 and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in given)
+            isinstance(v, numbers.Real) and not isinstance(v, bool) and (isinstance(v, numbers.Integral)
+                                                                        or math.isfinite(v)) for v in given)
         if not pair:
             raise ValueError(f"operator {spec}: values[{name!r}] must be (low, high), two finite numbers; "
                              f"got {given!r}")

@@ -51,6 +51,7 @@ import functools
 import hashlib
 import inspect
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,7 +252,9 @@ class DerivedTemplate(Template):
         return self.structure(workload).identity
 
     def values(self, workload: Workload) -> dict[str, tuple[float, float]]:
-        return dict(self.operator(workload).values or {})
+        """The operator's ``values``, each bound a Python number (NumPy's scalars as they convert)."""
+        return {name: tuple(int(v) if isinstance(v, numbers.Integral) else float(v) for v in pair)
+                for name, pair in (self.operator(workload).values or {}).items()}
 
     def flops(self, workload: Workload) -> float:
         return float(self.operator(workload).flops)
