@@ -392,6 +392,17 @@ USER_OPERATORS = """
         s = te.compute((), lambda: te.sum(te.exp(x[k2] - top[()]), axis=k2), name="S")
         return Operator([x], te.compute((), lambda: te.log(s[()]) + top[()], name="L"), flops=3 * n)
 
+    def softmax_all(n=4096):  # a vector's softmax: its maximum and sum single values, then every element
+        x = te.placeholder((n,), "float32", name="X")
+        def reference(x):
+            e = np.exp(x - x.max())
+            return e / e.sum()
+        return Operator([x], topi.nn.softmax(x, axis=0), flops=3 * n, reference=reference)
+
+    def unlike_extents(n=64):
+        x, z = te.placeholder((n,), "float32", name="X"), te.placeholder((2 * n,), "float32", name="Z")
+        return Operator([x, z], topi.sum(x - topi.max(z)), flops=n)
+
     def twice(n=1):
         x = te.placeholder((n,), "float32", name="X")
         return Operator([x], te.compute((n,), lambda i: x[i] * 2, name="Y"), flops=n)
@@ -408,7 +419,7 @@ USER_OPERATORS = """
 """
 TOPI_BUILT = ["dense", "conv2d", "conv3d", "conv2d_nchwc", "max_pool", "global_average", "reshaped_matmul", "log_softmax",
               "add_relu"]
-SINGLE_VALUES = ["dot", "mse", "norm", "share", "total", "argmax_all", "cross_entropy"]
+SINGLE_VALUES = ["dot", "mse", "norm", "share", "total", "argmax_all", "cross_entropy", "log_sum_exp", "softmax_all"]
 TUPLES = ["argmax", "argmin_columns", "largest"]
 
 
@@ -693,7 +704,9 @@ def test_the_register_estimate_counts_each_value_a_tuple_carries(user_operators)
 def test_a_reduction_to_a_single_value_runs_in_partial_results_on_the_cpu_and_the_gpu(user_operators, name):
     """A dot product, a mean squared error (its output of shape (1,)), a norm's square root, a sum
     that divides every value, TOPI's sum of everything, a cross-entropy loss (each row's
-    log-softmax reduced first, in parallel over the rows): the space splits only the reductions, in
+    log-softmax reduced first, in parallel over the rows), a log-sum-exp and a vector's softmax
+    (their maximum a single value of its own, in partial results over the same tiles): the space
+    splits only the reductions, in
     partial results per chunk and vector lane (CPU) or per block and thread (CUDA). Admitted
     configurations build, run and match the reference on the CPU, and compile free of local
     memory to a first kernel of partial results and a second that combines them across one
@@ -705,7 +718,8 @@ def test_a_reduction_to_a_single_value_runs_in_partial_results_on_the_cpu_and_th
     for seed in range(2):
         runs_and_matches(workload, targets.cpu(), seed)
         source = registers_only(workload, constraint.draw(workload, H100, seed)[0])
-        first, combining = source.split("extern \"C\" __global__ void")[-(3 if name == "share" else 2):][:2]
+        first, combining = source.split("extern \"C\" __global__ void")[
+            -(3 if name in ("share", "softmax_all") else 2):][:2]
         assert "__shfl_down_sync" not in first and "__shfl_down_sync" in combining, source
 
 
@@ -738,8 +752,9 @@ def test_a_single_values_partial_results_are_the_tiles_chunks_and_lanes(user_ope
 
 
 @pytest.mark.parametrize("name, message", [
-    ("log_sum_exp", "its reduction to a single value S reads stage top, a single value reduced before it: a "
-                    "reduction to a single value after another (a log-sum-exp of every element) is not supported"),
+    ("unlike_extents", "its reduction to a single value T_subtract_red reads stage Z_red, a single value reduced over "
+                       "[128] before it, where it reduces over [64]: single values reduced one after another are "
+                       "supported only over the same extents (as a log-sum-exp's maximum and sum are)"),
     ("twice", "its main stage Y computes a single value without reducing: there is nothing to tune")])
 def test_a_single_value_the_template_cannot_split_is_refused_in_one_line(user_operators, name, message):
     with pytest.raises(SystemExit) as refused:

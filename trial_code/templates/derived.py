@@ -362,12 +362,14 @@ class DerivedTemplate(Template):
         cpu = target.kind != "cuda"
         if found.total:
             stages = _stages(sch)
+            single = tuple(b for b in stages.before if _spatial_elements(sch, b) == 1)  # a log-sum-exp's maximum
             scheduled = totals.schedule_cpu if cpu else totals.schedule_cuda
-            scheduled(sch, stages.main, stages.after, found.reduction_extents, params)
+            scheduled(sch, stages.main, stages.after, found.reduction_extents, params, single)
             # Reductions along rows (a loss's log-softmax) after: rfactor fails beside a stage
             # without loops, which the single value's schedule gives a loop first.
             for before in stages.before:
-                _reduce_each_row(sch, before, cpu)
+                if before not in single:
+                    _reduce_each_row(sch, before, cpu)
             return
         stages = _stages(sch, keep_input_stages=cpu or bool(params.get("shared")),
                          keep_shared=cpu and bool(params.get("compute_once")))
@@ -478,11 +480,14 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     if total and not any(a.reduction for a in axes):
         raise ValueError(f"operator {spec}: its main stage {block.name_hint} computes a single value without "
                          "reducing: there is nothing to tune")
-    single = next((b for b in stages.before if _spatial_elements(sch, b) == 1), None) if total else None
-    if single is not None:
+    extents = [a.extent for a in axes if a.reduction]
+    unlike = next((b for b in stages.before if _spatial_elements(sch, b) == 1 and _reduction_extents(sch, b) != extents),
+                  None) if total else None
+    if unlike is not None:
         raise ValueError(f"operator {spec}: its reduction to a single value {block.name_hint} reads stage "
-                         f"{sch.get(single).name_hint}, a single value reduced before it: a reduction to a single "
-                         "value after another (a log-sum-exp of every element) is not supported")
+                         f"{sch.get(unlike).name_hint}, a single value reduced over {_reduction_extents(sch, unlike)} "
+                         f"before it, where it reduces over {extents}: single values reduced one after another are "
+                         "supported only over the same extents (as a log-sum-exp's maximum and sum are)")
     variables = [iv.var for iv in block.iter_vars]
     params = {t.op.name for t in op.inputs}
     footprints: dict[str, Footprint] = {}
@@ -599,6 +604,11 @@ def _before_main(sch: Any) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]
 def _spatial_elements(sch: Any, block: Any) -> int:
     """The values a stage computes: the product of its spatial axes' extents."""
     return math.prod(int(iv.dom.extent) for iv in sch.get(block).iter_vars if int(iv.iter_type) == SPATIAL)
+
+
+def _reduction_extents(sch: Any, block: Any) -> list[int]:
+    """The extents of a stage's reduction axes, in order."""
+    return [int(iv.dom.extent) for iv in sch.get(block).iter_vars if int(iv.iter_type) == REDUCE]
 
 
 def _safe(name: str, position: int, seen: set[str]) -> str:

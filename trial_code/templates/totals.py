@@ -49,13 +49,24 @@ def check(reductions: dict[str, int], params: dict[str, Any], target: Target) ->
               MAX_CPU_VECTOR)
 
 
-def schedule_cpu(sch: Any, main: Any, after: list[Any], reductions: dict[str, int], params: dict[str, Any]) -> None:
-    """The reduction ``main`` (its single value's stages ``after`` it) in parallel chunks of vector lanes."""
+def schedule_cpu(sch: Any, main: Any, after: list[Any], reductions: dict[str, int], params: dict[str, Any],
+                 before: tuple[Any, ...] = ()) -> None:
+    """The reduction ``main`` (its single value's stages ``after`` it), and each single value
+    ``before`` it over the same extents (a log-sum-exp's maximum), in parallel chunks of vector lanes."""
     _add_loops(sch, after)
-    loops = _reduction_loops(sch, main, len(reductions))
+    for block in [*before, main]:
+        _partials_cpu(sch, block, reductions, params)
+    for block in after:
+        if _elements(sch, block) > 1:
+            leftover(sch, block, cuda=False)
+
+
+def _partials_cpu(sch: Any, block: Any, reductions: dict[str, int], params: dict[str, Any]) -> None:
+    """``block``'s reduction in a partial result per parallel chunk and vector lane, added up after."""
+    loops = _reduction_loops(sch, block, len(reductions))
     parts = [sch.split(loop, params[f"tile_{name}"]) for loop, name in zip(loops, reductions)]
     chunks, lanes = [p[0] for p in parts], [p[2] for p in parts]
-    partial = _factor(sch, main, [*chunks, *lanes], [p[1] for p in parts])
+    partial = _factor(sch, block, [*chunks, *lanes], [p[1] for p in parts])
     lane_count = math.prod(params[f"tile_{name}"][2] for name in reductions)
     results, *steps = _partial_loops(sch, partial, len(reductions))
     parallel, vector = sch.split(results, [None, lane_count])
@@ -65,28 +76,17 @@ def schedule_cpu(sch: Any, main: Any, after: list[Any], reductions: dict[str, in
     for registers in _cached(sch, partial, "global"):  # each chunk's lanes, a buffer of its own
         sch.reverse_compute_at(registers, parallel)
     sch.decompose_reduction(partial, steps[0])
-    for block in after:
-        if _elements(sch, block) > 1:
-            leftover(sch, block, cuda=False)
 
 
-def schedule_cuda(sch: Any, main: Any, after: list[Any], reductions: dict[str, int], params: dict[str, Any]) -> None:
-    """The reduction ``main`` in one partial result per thread, combined across one block's threads."""
+def schedule_cuda(sch: Any, main: Any, after: list[Any], reductions: dict[str, int], params: dict[str, Any],
+                  before: tuple[Any, ...] = ()) -> None:
+    """The reduction ``main`` in one partial result per thread, combined across one block's
+    threads; each single value ``before`` it over the same extents likewise, in kernels of its own."""
     _add_loops(sch, after)
-    loops = _reduction_loops(sch, main, len(reductions))
-    parts = [sch.split(loop, params[f"tile_{name}"]) for loop, name in zip(loops, reductions)]
-    partial = _factor(sch, main, [p[1] for p in parts] + [p[2] for p in parts], [p[0] for p in parts])
-    threads = math.prod(params[f"tile_{name}"][2] for name in reductions)
-    results, *steps = _partial_loops(sch, partial, len(reductions))
-    blocks, thread = sch.split(results, [None, threads])
-    sch.bind(blocks, "blockIdx.x")
-    sch.bind(thread, "threadIdx.x")
-    for register in _cached(sch, partial, "local"):
-        sch.reverse_compute_at(register, thread)
-    sch.decompose_reduction(partial, steps[0])
-    if params["unroll"]:
-        sch.annotate(blocks, "pragma_auto_unroll_max_step", params["unroll"])
-        sch.annotate(blocks, "pragma_unroll_explicit", 1)
+    for block in before:
+        _partials_cuda(sch, block, reductions, params)
+        _combine(sch, block)
+    _partials_cuda(sch, main, reductions, params)
     # The combining kernel: one block, whose every thread sums a share of the partial results;
     # stages of single values after it run in the same kernel, those of tensors in their own.
     single = [_elements(sch, b) == 1 for b in after]
@@ -101,8 +101,31 @@ def schedule_cuda(sch: Any, main: Any, after: list[Any], reductions: dict[str, i
                 sch.bind(sch.get_loops(block)[0], "threadIdx.x")
             else:
                 leftover(sch, block, cuda=True)
-    count = int(sch.get(sch.get_loops(main)[-1]).extent)
-    _, combine = sch.split(sch.get_loops(main)[-1], [None, min(count, COMBINE_THREADS)])
+    _combine(sch, main)
+
+
+def _partials_cuda(sch: Any, block: Any, reductions: dict[str, int], params: dict[str, Any]) -> None:
+    """``block``'s reduction in one partial result per thread, a kernel of its own."""
+    loops = _reduction_loops(sch, block, len(reductions))
+    parts = [sch.split(loop, params[f"tile_{name}"]) for loop, name in zip(loops, reductions)]
+    partial = _factor(sch, block, [p[1] for p in parts] + [p[2] for p in parts], [p[0] for p in parts])
+    threads = math.prod(params[f"tile_{name}"][2] for name in reductions)
+    results, *steps = _partial_loops(sch, partial, len(reductions))
+    blocks, thread = sch.split(results, [None, threads])
+    sch.bind(blocks, "blockIdx.x")
+    sch.bind(thread, "threadIdx.x")
+    for register in _cached(sch, partial, "local"):
+        sch.reverse_compute_at(register, thread)
+    sch.decompose_reduction(partial, steps[0])
+    if params["unroll"]:
+        sch.annotate(blocks, "pragma_auto_unroll_max_step", params["unroll"])
+        sch.annotate(blocks, "pragma_unroll_explicit", 1)
+
+
+def _combine(sch: Any, block: Any) -> None:
+    """The partial results of ``block`` summed across one block's threads."""
+    count = int(sch.get(sch.get_loops(block)[-1]).extent)
+    _, combine = sch.split(sch.get_loops(block)[-1], [None, min(count, COMBINE_THREADS)])
     sch.bind(combine, "threadIdx.x")
 
 
