@@ -16,7 +16,8 @@ results, a stage of their own (TVM's ``rfactor``), which a last step combines:
 
 Stages after the reduction that compute single values (a mean's division, a norm's square root)
 run in the combining step; any that spread the value over a tensor (dividing by a total) are
-stages of their own, in parallel over their elements.
+stages of their own, in parallel over their elements. A single value reduced before it over the
+same extents (a log-sum-exp's maximum) runs the same way, over the same tiles, first.
 """
 from __future__ import annotations
 
