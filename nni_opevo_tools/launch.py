@@ -42,6 +42,7 @@ from trial_code.cli import add_number, description, workload_from
 from trial_code.evaluate import evaluate
 from trial_code.files import FolderBusy
 from trial_code.indices import index_ranges
+from trial_code.precision import is_integer
 from trial_code.templates import for_workload
 from trial_code.workloads import Workload
 
@@ -74,8 +75,9 @@ FIRST_DRAWS = 20_000
 def first_trial(workload: Workload, target: str) -> None:
     """A user's operator, tried before NNI starts: its template derived (the module imported, the
     computation read), one configuration its check admits built, run and checked against its
-    reference, and the positions each input that indexes a tensor is drawn among said.
-    ValueError with one line when any of it fails."""
+    reference, and the positions each input that indexes a tensor is drawn among said, as the
+    values each input the operator declares ``values`` for is. ValueError with one line when any
+    of it fails."""
     resolved = targets.resolve(target)
     template = for_workload(workload)
     template.space(workload, "cuda" if resolved.kind == "cuda" else "cpu")
@@ -93,9 +95,14 @@ def first_trial(workload: Workload, target: str) -> None:
             raise ValueError(detail.removeprefix("ValueError: "))
         raise ValueError(f"operator {workload.shape['operator']}: a first configuration ended {result.status.name}"
                          f": {detail[-400:]}")
-    for found in (part for parts in index_ranges(template.compute(workload)) for part in parts):
+    tensors = template.compute(workload)
+    for found in (part for parts in index_ranges(tensors) for part in parts):
         print(f"{workload.name}: input {found.name}{found.shown} is drawn among {found.low}..{found.high}, the "
               f"positions of {found.indexes} it indexes", flush=True)
+    types = {t.op.name: str(t.dtype) for t in tensors[:-1]}
+    for name, (low, high) in template.values(workload).items():
+        among = f"among {low}..{high}" if is_integer(types[name]) else f"in [{low:g}, {high:g})"
+        print(f"{workload.name}: input {name} is drawn {among}, as its values declare", flush=True)
     print(f"{workload.name}: a first configuration built and matched its reference "
           f"({result.tflops * 1e3:.2f} GFLOPS); starting NNI", flush=True)
 

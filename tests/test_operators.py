@@ -884,11 +884,12 @@ def test_an_argument_only_the_reference_reads_gets_a_reference_of_its_own(tmp_pa
     assert statuses == ["WRONG_ANSWER", "NO_ERROR"]
 
 
-def test_an_operator_declares_the_values_its_inputs_are_drawn_among(tmp_path, monkeypatch):
+def test_an_operator_declares_the_values_its_inputs_are_drawn_among(tmp_path, monkeypatch, capsys):
     """A batch norm's variance under a square root is NaN for half the default draws, and the
-    check refuses a reference that is not finite; declared as values in [0.5, 2) (an integer
-    input's as 1..3, both ends drawn), the inputs are drawn there and a trial passes. Editing the
-    declared values draws the inputs anew, though the computation and reference are unchanged."""
+    check refuses a reference that is NaN; declared as values in [0.5, 2) (an integer input's as
+    1..3, both ends drawn), the inputs are drawn there, the launcher says so, and a trial passes.
+    Editing the declared values draws the inputs anew, though the computation and reference are
+    unchanged."""
     module = textwrap.dedent("""
         import numpy as np
         from tvm import te
@@ -910,6 +911,10 @@ def test_an_operator_declares_the_values_its_inputs_are_drawn_among(tmp_path, mo
     assert x.min() < 0 < x.max() and 0.5 <= v.min() < 0.51 and 1.99 < v.max() < 2.0 and (k.min(), k.max()) == (1, 3)
     params, _ = constraint.draw(workload, targets.cpu(), 0)
     assert evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1)).status.name == "NO_ERROR"
+    launch.first_trial(workload, "cpu")
+    said = capsys.readouterr().out
+    assert "normalized: input V is drawn in [0.5, 2), as its values declare" in said, said
+    assert "normalized: input K is drawn among 1..3, as its values declare" in said, said
 
     (tmp_path / "norms.py").write_text(module.replace("VARIANCE = (0.5, 2.0)", "VARIANCE = (4.0, 5.0)"))
     sys.modules.pop("norms", None)
