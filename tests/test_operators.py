@@ -845,6 +845,12 @@ def test_a_trial_of_an_operator_leaves_its_module_and_tvm_to_the_worker():
     assert refused == ["INSTANTIATION_ERROR", 0.0, "parameter 'compute_once' must be one of [0, 1], got 7"]
 
 
+def _cpu_trial(workload: workloads.Workload):
+    """The first configuration the check admits on the CPU, evaluated as a trial (one short repeat)."""
+    params, _ = constraint.draw(workload, targets.cpu(), 0)
+    return evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1))
+
+
 def test_a_kernel_that_disagrees_with_the_reference_fails_as_a_wrong_answer(tmp_path, monkeypatch):
     """Trials are checked against the operator's reference, not against themselves: a
     computation whose reference says otherwise fails every trial, naming the element."""
@@ -857,9 +863,7 @@ def test_a_kernel_that_disagrees_with_the_reference_fails_as_a_wrong_answer(tmp_
                             reference=lambda x: x * 3)
     """))
     monkeypatch.chdir(tmp_path)
-    workload = workloads.make("operator", operator="disagrees:double")
-    params, _ = constraint.draw(workload, targets.cpu(), 0)
-    result = evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1))
+    result = _cpu_trial(workloads.make("operator", operator="disagrees:double"))
     assert result.status.name == "WRONG_ANSWER" and "reference" in result.error
 
 
@@ -884,7 +888,7 @@ def test_an_argument_only_the_reference_reads_gets_a_reference_of_its_own(tmp_pa
     assert statuses == ["WRONG_ANSWER", "NO_ERROR"]
 
 
-def test_an_operator_declares_the_values_its_inputs_are_drawn_among(tmp_path, monkeypatch, capsys):
+def test_an_operator_declares_the_values_its_inputs_are_drawn_among(operator_module, tmp_path, monkeypatch, capsys):
     """A batch norm's variance under a square root is NaN for half the default draws, and the
     check refuses a reference that is NaN; declared as values in [0.5, 2) (an integer input's as
     1..3, both ends drawn), the inputs are drawn there, the launcher says so, and a trial passes.
@@ -902,21 +906,17 @@ def test_an_operator_declares_the_values_its_inputs_are_drawn_among(tmp_path, mo
             return Operator([x, v, k], y, flops=3 * n, reference=lambda x, v, k: x / np.sqrt(v) * k,
                             values={"V": VARIANCE, "K": (np.int16(1), 3)})
     """)
-    (tmp_path / "norms.py").write_text(module)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    workload = workloads.make("operator", operator="norms:normalized")
+    workload = operator_module("norms", module)("normalized")
     x, v, k = measure.prepare(workload, seed=0).host
     assert x.min() < 0 < x.max() and 0.5 <= v.min() < 0.51 and 1.99 < v.max() < 2.0 and (k.min(), k.max()) == (1, 3)
-    params, _ = constraint.draw(workload, targets.cpu(), 0)
-    assert evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1)).status.name == "NO_ERROR"
+    assert _cpu_trial(workload).status.name == "NO_ERROR"
     launch.first_trial(workload, "cpu")
     said = capsys.readouterr().out
     assert "normalized: input V is drawn in [0.5, 2), as its values declare" in said, said
     assert "normalized: input K is drawn among 1..3, as its values declare" in said, said
 
-    (tmp_path / "norms.py").write_text(module.replace("VARIANCE = (0.5, 2.0)", "VARIANCE = (4.0, 5.0)"))
+    operator_module("norms", module.replace("VARIANCE = (0.5, 2.0)", "VARIANCE = (4.0, 5.0)"))
     sys.modules.pop("norms", None)
     importlib.invalidate_caches()
     derived._operator_cached.cache_clear()  # as a new trial's process, which imports the module anew
@@ -925,47 +925,37 @@ def test_an_operator_declares_the_values_its_inputs_are_drawn_among(tmp_path, mo
     assert 4.0 <= v.min() and v.max() < 5.0
 
 
-def test_an_integer_division_by_a_drawn_zero_names_the_signal_and_the_values_that_avoid_it(tmp_path, monkeypatch):
+def test_an_integer_division_by_a_drawn_zero_names_the_signal_and_the_values_that_avoid_it(operator_module):
     """Integers are drawn in [-8, 8): a divisor among them is zero somewhere, and the kernel
     dies of SIGFPE. The trial says so and what to declare; declared as 1..8, the trial passes."""
-    (tmp_path / "divides.py").write_text(textwrap.dedent("""
+    quotient = operator_module("divides", """
         from tvm import te
         from trial_code.operators import Operator
         def quotient(n=256, declared=False):
             x, y = te.placeholder((n,), "int32", name="X"), te.placeholder((n,), "int32", name="Y")
             return Operator([x, y], te.compute((n,), lambda i: te.floordiv(x[i], y[i]), name="Q"), flops=n,
                             reference=lambda x, y: x // y, values={"Y": (1, 8)} if declared else None)
-    """))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    results = []
-    for declared in (False, True):
-        workload = workloads.make("operator", operator="divides:quotient", declared=declared)
-        params, _ = constraint.draw(workload, targets.cpu(), 0)
-        results.append(evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1)))
+    """)
+    results = [_cpu_trial(quotient("quotient", declared=declared)) for declared in (False, True)]
     assert results[0].status.name == "RUNTIME_DEVICE" and results[0].error.startswith(
         "worker died (signal 8, SIGFPE: an integer division by zero (or of the least integer by -1) in the "
         "computation: declare the divisor's values without zero, Operator(values={name: (1, high)}))"), results[0]
     assert results[1].status.name == "NO_ERROR", results[1]
 
 
-def test_an_input_of_no_axes_is_passed_as_one_value(tmp_path, monkeypatch):
+def test_an_input_of_no_axes_is_passed_as_one_value(operator_module, tmp_path):
     """A scale given as a tensor of shape () (a learning rate, a quantization step) is drawn,
     uploaded and loaded as one value, where a copy made it an array of one element and the trial
     ended RUNTIME_DEVICE ('Mismatched S.ndim'); its CUDA kernel compiles free of local memory."""
-    (tmp_path / "scaled.py").write_text(textwrap.dedent("""
+    workload = operator_module("scaled", """
         from tvm import te
         from trial_code.operators import Operator
         def scale(n=256):
             x, s = te.placeholder((n,), "float32", name="X"), te.placeholder((), "float32", name="S")
             return Operator([x, s], te.compute((n,), lambda i: x[i] * s(), name="Y"), flops=n,
                             reference=lambda x, s: x * s)
-    """))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    workload = workloads.make("operator", operator="scaled:scale")
-    params, _ = constraint.draw(workload, targets.cpu(), 0)
-    result = evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1))
+    """)("scale")
+    result = _cpu_trial(workload)
     assert result.status.name == "NO_ERROR", result
     loaded = exported(workload, targets.cpu(), str(tmp_path / "scale.so"))
     x = np.arange(256, dtype=np.float32)
@@ -977,11 +967,11 @@ def test_an_input_of_no_axes_is_passed_as_one_value(tmp_path, monkeypatch):
         registers_only(workload, constraint.draw(workload, H100, 0)[0])
 
 
-def test_a_masked_output_of_infinities_is_compared_exactly(tmp_path, monkeypatch):
+def test_a_masked_output_of_infinities_is_compared_exactly(operator_module):
     """Scores masked to minus infinity above the diagonal (a causal mask, as a kernel of its own):
     the check compares each infinity exactly, and each finite value within the tolerance of the
     finite values' scale; the same computation masked on the other side fails naming an element."""
-    (tmp_path / "masks.py").write_text(textwrap.dedent("""
+    causal = operator_module("masks", """
         import numpy as np
         from tvm import te, tirx
         from trial_code.operators import Operator
@@ -991,23 +981,17 @@ def test_a_masked_output_of_infinities_is_compared_exactly(tmp_path, monkeypatch
             y = te.compute((n, n), lambda i, j: te.if_then_else(masked(i, j), tirx.const(-np.inf, "float32"), x[i, j]),
                            name="Y")
             return Operator([x], y, flops=n * n, reference=lambda x: np.where(np.triu(np.ones((n, n)), 1) > 0, -np.inf, x))
-    """))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    results = []
-    for flipped in (False, True):
-        workload = workloads.make("operator", operator="masks:causal", flipped=flipped)
-        params, _ = constraint.draw(workload, targets.cpu(), 0)
-        results.append(evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1)))
+    """)
+    results = [_cpu_trial(causal("causal", flipped=flipped)) for flipped in (False, True)]
     assert results[0].status.name == "NO_ERROR", results[0]
     assert results[1].status.name == "WRONG_ANSWER" and re.search(r"= -inf, reference [-\d.]+ \(|, reference -inf \(",
                                                                    results[1].error), results[1]
 
 
-def test_an_integer_sum_that_wraps_in_its_type_says_so(tmp_path, monkeypatch):
+def test_an_integer_sum_that_wraps_in_its_type_says_so(operator_module):
     """An int8 sum of 1024 values in [-8, 8) leaves int8 and wraps where the float64 reference
     does not: the wrong answer says why and what to do; summed in int32, the trial passes."""
-    (tmp_path / "sums.py").write_text(textwrap.dedent("""
+    row_sums = operator_module("sums", """
         from tvm import te
         from trial_code.operators import Operator
         def row_sums(rows=16, cols=1024, wide=False):
@@ -1015,14 +999,8 @@ def test_an_integer_sum_that_wraps_in_its_type_says_so(tmp_path, monkeypatch):
             k = te.reduce_axis((0, cols), name="k")
             y = te.compute((rows,), lambda i: te.sum(x[i, k].astype("int32") if wide else x[i, k], axis=k), name="S")
             return Operator([x], y, flops=rows * cols, reference=lambda x: x.sum(axis=1))
-    """))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    results = []
-    for wide in (False, True):
-        workload = workloads.make("operator", operator="sums:row_sums", wide=wide)
-        params, _ = constraint.draw(workload, targets.cpu(), 0)
-        results.append(evaluate(workload, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1)))
+    """)
+    results = [_cpu_trial(row_sums("row_sums", wide=wide)) for wide in (False, True)]
     assert results[0].status.name == "WRONG_ANSWER" and results[0].error.endswith(
         "; the reference lies outside int8's -128..127, where the kernel's int8 arithmetic wraps: compute in a wider "
         "type (te.sum(x.astype('int32') ...)) or declare smaller values (Operator(values=...))"), results[0]
