@@ -323,6 +323,17 @@ USER_OPERATORS = """
             return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         return Operator([x], topi.nn.log_softmax(x, axis=1), flops=4 * rows * cols, reference=reference)
 
+    def instance_norm(channels=8, size=8):  # each image's channel over its rows and columns: two axes a row
+        x = te.placeholder((2, channels, size, size), "float32", name="X")
+        g = te.placeholder((channels,), "float32", name="G")
+        b = te.placeholder((channels,), "float32", name="B")
+        def reference(x, g, b):
+            centred = x - x.mean(axis=(2, 3), keepdims=True)
+            scale = np.sqrt((centred ** 2).mean(axis=(2, 3), keepdims=True) + 1e-5)
+            return centred / scale * g[:, None, None] + b[:, None, None]
+        return Operator([x, g, b], topi.nn.instance_norm(x, g, b, 1, [2, 3], 1e-5), flops=8 * 2 * channels * size * size,
+                        reference=reference)
+
     def argmax(rows=512, cols=512):  # reductions by a tuple: the index beside the maximum
         x = te.placeholder((rows, cols), "float32", name="X")
         return Operator([x], topi.argmax(x, axis=1), flops=rows * cols, reference=lambda x: np.argmax(x, axis=1))
@@ -516,7 +527,7 @@ def test_a_normalization_by_its_one_reduction_is_scheduled_row_by_row(user_opera
     workload, cpu = user_operators("rms_norm"), targets.cpu()
     template = for_workload(workload)
     assert template.space(workload, "cpu")["row_sums"]["_value"] == [0, 8, 16]
-    assert set(template.space(workload, "cuda")) == {"tile_i", "unroll"}
+    assert set(template.space(workload, "cuda")) == {"tile_i", "unroll", "row_threads"}
     for seed in range(4):
         params, _ = constraint.draw(workload, cpu, seed)
         result = evaluate(workload, params, cpu, Limits(repeat=2, min_repeat_ms=5))
@@ -537,12 +548,62 @@ def test_a_normalization_whose_reductions_keep_their_dimension_is_scheduled_row_
     workload, cpu = user_operators(name), targets.cpu()
     template = for_workload(workload)
     assert template.structure(workload).rows
-    assert set(template.space(workload, "cuda")) == {"tile_ax0", "tile_ax1", "unroll"}
+    assert set(template.space(workload, "cuda")) == {"tile_ax0", "tile_ax1", "unroll", "row_threads"}
     for seed in range(4):
         params, _ = constraint.draw(workload, cpu, seed)
         result = evaluate(workload, params, cpu, Limits(repeat=2, min_repeat_ms=5))
         assert result.status.name == "NO_ERROR", (params, result.error)
         registers_only(workload, constraint.draw(workload, H100, seed)[0])
+
+
+@pytest.mark.slow(seconds=30)
+@NEEDS_NVCC
+@pytest.mark.parametrize("name", ["rms_norm", "log_softmax", "instance_norm"])
+def test_a_normalizations_rows_are_shared_by_a_blocks_threads_on_the_gpu(user_operators, name):
+    """A GPU thread per row reads its row alone: a warp's loads fall a row apart, and a thousand
+    rows keep at most a thousand threads busy. ``row_threads`` threads share each row instead,
+    each reducing every ``row_threads``-th column, combined across them (warp shuffles), and
+    write its consecutive columns from consecutive threads. Offered where every stage but the
+    output computes one value a row (an instance norm's two, over an image's rows and columns
+    together); each value compiles to registers only from admitted draws, and the CPU's trials
+    still match the reference."""
+    workload, cpu = user_operators(name), targets.cpu()
+    template = for_workload(workload)
+    offered = template.space(workload, "cuda")["row_threads"]["_value"]
+    assert offered[0] == 1 and offered[1:] == [32, 64, 128][:len(offered) - 1]
+    for seed, sharing in enumerate(offered[1:]):
+        params, _ = constraint.draw(workload, cpu, seed)
+        result = evaluate(workload, params, cpu, Limits(repeat=1, min_repeat_ms=1))
+        assert result.status.name == "NO_ERROR", (params, result.error)
+        drawn = ({**constraint.draw(workload, H100, n)[0], "row_threads": sharing} for n in range(seed, seed + 100))
+        source = registers_only(workload, next(p for p in drawn if _admitted(workload, p)))
+        assert "__shfl_down_sync" in source
+        assert re.search(r"X_ptr\[[^\]]*threadIdx\.x", source)  # the row's columns by thread,
+        assert "threadIdx.x) *" not in source  # consecutive ones by consecutive threads
+
+
+def _admitted(workload: workloads.Workload, params: dict) -> bool:
+    try:
+        for_workload(workload).check(workload, params, H100)
+    except Infeasible:
+        return False
+    return True
+
+
+@NEEDS_NVCC
+def test_rows_shared_by_threads_stay_loops_and_fit_a_block(user_operators):
+    """Two rows a group of threads: ``unroll`` writes out each thread's columns, never the rows
+    around the combination across threads (written out twice, it failed TVM's lowering); a
+    group's threads times the groups are a block's threads, which the check bounds. A stage with
+    columns of its own (attention's scores) keeps a thread per row."""
+    workload = user_operators("instance_norm")
+    source = registers_only(workload, {"tile_ax0": [1, 1, 2], "tile_ax1": [1, 4, 2], "unroll": 512,
+                                       "row_threads": 32})
+    assert re.search(r"for \(int \w+ = 0; \w+ < 2; ", source)
+    softmax = _example("softmax", rows=1024, cols=1024)
+    with pytest.raises(Infeasible, match="threads per block"):
+        for_workload(softmax).check(softmax, {"tile_i0": [128, 8, 1], "unroll": 0, "row_threads": 256}, H100)
+    assert "row_threads" not in for_workload(user_operators("attention")).space(user_operators("attention"), "cuda")
 
 
 @pytest.mark.slow(seconds=20)
@@ -645,7 +706,7 @@ def test_gpu_threads_write_out_only_the_loops_that_index_their_registers(user_op
     those: a layer norm's thread of one row wrote its 768 columns out (a 400 KB kernel with 2.6 KB
     of local memory), and a column normalization its epilogue's 512 rows (650 KB)."""
     layer_norm = _example("layer_norm", rows=1024, cols=768)
-    assert len(registers_only(layer_norm, {"tile_i": [32, 32, 1], "unroll": 0})) < 20_000
+    assert len(registers_only(layer_norm, {"tile_i": [32, 32, 1], "unroll": 0, "row_threads": 1})) < 20_000
     columns = user_operators("column_norm")
     params = {"tile_j": [8, 1, 4, 2], "tile_r": [4, 16, 8], "inner_order": ["j", "r"], "unroll": 0, "shared": 0}
     assert len(registers_only(columns, params)) < 20_000
@@ -776,8 +837,8 @@ def test_an_element_wise_threads_tile_stays_a_loop_that_unroll_may_write_out(use
     assert not re.search(r"for \(int \w+ = 0; \w+ < 4; ", small)  # 2 x 4 values written out
 
 
-@pytest.mark.parametrize("name, params", [("softmax", {"tile_i0": [8, 1, 8], "unroll": 512}),
-                                          ("layer_norm", {"tile_i": [4, 2, 8], "unroll": 512})])
+@pytest.mark.parametrize("name, params", [("softmax", {"tile_i0": [8, 1, 8], "unroll": 512, "row_threads": 1}),
+                                          ("layer_norm", {"tile_i": [4, 2, 8], "unroll": 512, "row_threads": 1})])
 def test_an_unroll_that_writes_a_normalizations_rows_out_counts_their_registers(name, params):
     """``unroll`` at least a row's length writes the row's loops out, and ptxas then holds a
     row's loads per row in registers: eight rows of 128 spilled 10 KB. The check refuses it."""

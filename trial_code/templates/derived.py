@@ -35,7 +35,9 @@ The main stage's axes give the search space, in the shape of the built-in GEMM a
   for its tile (softmax's maxima and sums), whose reductions stay loops whatever ``unroll``
   says; a stage of which each value of the main stage reads a whole axis (attention's scores)
   is a kernel of its own, run first. A normalization's stage with columns of its own is held in
-  each thread's registers for its rows, or with ``apart`` is such a kernel of its own. The
+  each thread's registers for its rows, or with ``apart`` is such a kernel of its own; where
+  every stage but the output computes one value a row, ``row_threads`` threads share each row,
+  combining their parts of its reductions across warps (``_share_rows_cuda``). The
   static check bounds threads, virtual threads (more than 32 only within ``unroll``), shared
   memory (each input's footprint from its affine index expressions) and registers.
 
@@ -106,6 +108,14 @@ OpEvo searches by swaps; 12-axis computations build and check on the CPU and com
 in a second or two."""
 MAX_ROWS_PER_THREAD = 16
 """A normalization's rows one GPU thread reduces: their running values stay in registers."""
+ROW_THREADS = (1, 32, 64, 128, 256, 512, 1024)
+"""On the GPU, ``row_threads``: the threads that share each row of a normalization whose stages
+compute one value a row (softmax's maximum and sum, a layer norm's mean and variance), each
+reducing every ``row_threads``-th column and combining across the threads (TVM's cross-thread
+reduction: warp shuffles, then shared memory between warps), then writing every
+``row_threads``-th column, so that a warp reads and writes a row's consecutive columns. 1 is a
+thread per row, reading its row alone: a warp's loads then fall 32 rows apart, and 1,024 rows
+keep at most 1,024 threads busy. Those up to the row's length (at least 32) are offered."""
 REGISTER_OVERHEAD = 40
 """Registers a CUDA thread needs besides its accumulators (addresses, loop counters)."""
 VTHREAD_UNROLLED = 32
@@ -204,6 +214,10 @@ class Structure:
     """Values the main stage's reduction carries for each point of its output, each in an
     accumulator of its own: 2 for a reduction by a tuple such as an argmax (the index beside the
     maximum), 1 for a sum."""
+    row_columns: int = 0
+    """The output's values a row in a normalization whose every other stage computes one value a
+    row (softmax, a layer norm, an RMS norm; not attention's scores, many a row): on the GPU the
+    threads of a block may share a row (``row_threads``). 0 where they cannot."""
 
     @property
     def spatial(self) -> list[Axis]:
@@ -284,10 +298,12 @@ class DerivedTemplate(Template):
                 space["columns"] = {"_type": "choice", "_value": _column_widths(found)}
                 space["column_rows"] = {"_type": "choice", "_value": list(COLUMN_ROWS)}
             return space
-        if found.rows:  # blocks, threads, rows per thread: each thread reduces its rows alone
+        if found.rows:  # blocks, threads (or groups of row_threads), rows per thread (or group)
             return {**{f"tile_{a.name}": {"_type": "factor", "_value": [a.extent, 3]} for a in found.spatial},
                     "unroll": {"_type": "discrete", "_value": list(UNROLL_STEPS)},
-                    **({"apart": {"_type": "choice", "_value": [0, 1]}} if found.columns else {})}
+                    **({"apart": {"_type": "choice", "_value": [0, 1]}} if found.columns else {}),
+                    **({"row_threads": {"_type": "discrete", "_value": _row_threads(found)}}
+                       if found.row_columns else {})}
         space["inner_order"] = {"_type": "perm", "_value": names}
         space["unroll"] = {"_type": "discrete", "_value": list(UNROLL_STEPS)}
         if found.reductions:
@@ -303,14 +319,20 @@ class DerivedTemplate(Template):
         if cuda and found.rows:
             rows = {a.name: factors(params, f"tile_{a.name}", a.extent, 3) for a in found.spatial}
             unroll = one_of(params, "unroll", UNROLL_STEPS)
+            sharing = one_of(params, "row_threads", tuple(_row_threads(found))) if found.row_columns else 1
             threads, per_thread = math.prod(t[1] for t in rows.values()), math.prod(t[2] for t in rows.values())
-            check_gpu_launch(target, [threads], 1, 0, [])
+            # Shared rows: each reduced value staged once per warp and broadcast once per row.
+            staged = 4 * found.value_registers * found.row_values * threads * (-(-sharing // 32) + 1) \
+                if sharing > 1 else 0
+            check_gpu_launch(target, [threads, sharing], 1, staged, [])
             limit("rows per thread", per_thread, MAX_ROWS_PER_THREAD)
             apart = one_of(params, "apart", (0, 1)) if found.columns else 0
-            per_row = found.row_values - apart * found.column_values + \
-                (found.row_length if unroll >= found.row_length else 0)
+            length = found.row_length
+            if sharing > 1:  # a group's rows one after another, a thread's share of each row's columns
+                per_thread, length = 1, -(-found.row_columns // sharing)
+            per_row = found.row_values - apart * found.column_values + (length if unroll >= length else 0)
             limit("estimated registers per thread", per_thread * per_row * found.value_registers + REGISTER_OVERHEAD,
-                  registers_per_thread(threads))
+                  registers_per_thread(threads * sharing))
             return
         tiles = {a.name: factors(params, f"tile_{a.name}", a.extent,
                                  (3 if cuda else 2) if a.reduction else (4 if cuda else 3)) for a in found.axes}
@@ -411,6 +433,11 @@ class DerivedTemplate(Template):
 def _row_sums(found: Structure) -> list[int]:
     """``row_sums``'s values: 0 (a row per vector lane) and the ``ROW_SUMS`` that split a row."""
     return [0, *(n for n in ROW_SUMS if _splits(found.reductions[-1].extent, n))]
+
+
+def _row_threads(found: Structure) -> list[int]:
+    """``row_threads``' values: the ``ROW_THREADS`` up to a row's columns (at least 32)."""
+    return [n for n in ROW_THREADS if n <= max(32, found.row_columns)]
 
 
 def _column_widths(found: Structure) -> list[int]:
@@ -529,9 +556,12 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
     columns = tuple((stmt.name_hint, int(_columns(stmt).dom.extent)) for stmt in across if _columns(stmt) is not None)
     row_values, row_length, column_values = _row_registers(sch, stages, row_extents, {n for n, _ in columns}) \
         if normalizes else (0, 0, 0)
+    row_columns = _spatial_elements(sch, stages.after[-1]) // math.prod(row_extents) if normalizes and \
+        all(_spatial_elements(sch, b) <= math.prod(row_extents) for b in [*stages.before, stages.main, *stages.after[:-1]]) \
+        else 0
     return Structure(tuple(axes), tuple(footprints.values()), normalizes, row_values, row_length, column_values,
                      separate, columns, kept_before, bool(stages.shared), identity, value_registers=value_registers,
-                     carried=len(block.writes))
+                     carried=len(block.writes), row_columns=row_columns if row_columns > 1 else 0)
 
 
 def _columns(block: Any) -> Any | None:
@@ -1162,10 +1192,17 @@ def _schedule_rows_cuda(sch: Any, stages: _Stages, found: Structure, params: dic
     output = stages.after[-1]
     parts = [sch.split(loop, params[f"tile_{a.name}"]) for loop, a in zip(_row_loops(sch, output, found.row_axes),
                                                                            found.row_axes)]
-    sch.reorder(*(p[level] for level in range(3) for p in parts))
+    split = [sch.get(loop) for part in parts for loop in part]
+    columns = [loop for loop in sch.get_loops(output) if not any(sch.get(loop).same_as(s) for s in split)]
+    sharing = params.get("row_threads", 1)
+    sch.reorder(*(p[level] for level in range(3) for p in parts), *(columns if sharing > 1 else ()))
     blocks = sch.fuse(*(p[0] for p in parts)) if len(parts) > 1 else parts[0][0]
     threads = sch.fuse(*(p[1] for p in parts)) if len(parts) > 1 else parts[0][1]
     sch.bind(blocks, "blockIdx.x")
+    if sharing > 1:
+        sch.bind(threads, "threadIdx.y")
+        _share_rows_cuda(sch, stages, [p[2] for p in parts], columns, params)
+        return
     sch.bind(threads, "threadIdx.x")
     for part in parts:
         sch.unroll(part[2])
@@ -1180,6 +1217,36 @@ def _schedule_rows_cuda(sch: Any, stages: _Stages, found: Structure, params: dic
     for block in inside:
         _reduce_outside_columns(sch, block, threads, rows)
     _annotate_unroll(sch, blocks, params)
+
+
+def _share_rows_cuda(sch: Any, stages: _Stages, rows: list[Any], columns: list[Any], params: dict[str, Any]) -> None:
+    """A normalization's rows each shared by ``row_threads`` threads (``threadIdx.x``; ``rows``,
+    the loops over a group's rows, one after another): every stage before the output computed
+    per row, its reduction over the row's columns split among the threads, every
+    ``row_threads``-th column each, and combined across them (TVM lowers a reduction loop bound
+    to threads to warp shuffles and a round through shared memory, its result given to every
+    thread); the output written by the same threads, consecutive columns by consecutive threads.
+    ``unroll`` reaches a thread's columns, never the rows around them: a combination across the
+    threads written out twice fails TVM's lowering (``load_remap_``)."""
+    sharing = params["row_threads"]
+    fused = sch.fuse(*columns) if len(columns) > 1 else columns[0]
+    own, shared = sch.split(fused, [None, sharing])
+    sch.bind(shared, "threadIdx.x")
+    each_thread = [own]
+    for block in [*reversed(stages.after[:-1]), stages.main, *reversed(stages.before)]:
+        sch.compute_at(block, rows[-1])
+        _accumulate_in(sch, block, "local")
+        reducing = _reducing_loops(sch, block, rows[-1])
+        if not reducing:  # a row's value computed from others: each thread computes it for itself
+            continue
+        across = sch.fuse(*reducing) if len(reducing) > 1 else reducing[0]
+        own, shared = sch.split(across, [None, sharing])
+        sch.bind(shared, "threadIdx.x")
+        each_thread.append(own)
+    for loop in rows:
+        sch.annotate(loop, "pragma_auto_unroll_max_step", 0)
+    for loop in each_thread:
+        _annotate_unroll(sch, loop, params)
 
 
 def _reduce_outside_columns(sch: Any, block: Any, anchor: Any, rows: int) -> None:
