@@ -775,7 +775,8 @@ def test_a_reduction_to_a_single_value_runs_in_partial_results_on_the_cpu_and_th
     workload = user_operators(name)
     template = for_workload(workload)
     reductions = {k for k in template.space(workload, "cpu") if k.startswith("tile_")}
-    assert reductions and set(template.space(workload, "cuda")) == reductions | {"unroll"}
+    rows = {"row_threads"} if name == "cross_entropy" else set()  # its rows' threads, reduced before
+    assert reductions and set(template.space(workload, "cuda")) == reductions | {"unroll"} | rows
     for seed in range(2):
         runs_and_matches(workload, targets.cpu(), seed)
         source = registers_only(workload, constraint.draw(workload, H100, seed)[0])
@@ -793,6 +794,23 @@ def test_a_losss_row_reductions_run_in_parallel_rows_of_whole_vectors_on_the_cpu
     params = {name: [2, spec["_value"][0] // 2, 1] for name, spec in space.items()}  # the loss in 2 chunks
     script = kernel.scheduled(workload, params, targets.cpu()).script()
     assert script.count("T.parallel(64)") == 2 and script.count("T.vectorized(4)") == 4, script  # init and update
+
+
+@NEEDS_NVCC
+def test_a_losss_row_reductions_are_shared_by_a_blocks_threads_on_the_gpu(user_operators):
+    """On the GPU a cross-entropy's row reductions (each row's maximum, then its sum of
+    exponentials) ran a thread a row, each reading its 100 classes alone (a warp's loads a row
+    apart). With ``row_threads`` above 1 each row is a block's: its threads read consecutive
+    classes and combine by warp shuffles. Every value compiles to registers only."""
+    workload = user_operators("cross_entropy")
+    template = for_workload(workload)
+    assert template.space(workload, "cuda")["row_threads"]["_value"] == [1, 32, 64]
+    assert "row_threads" not in template.space(workload, "cpu")
+    for sharing in (1, 32, 64):
+        params = {**constraint.draw(workload, H100, sharing)[0], "row_threads": sharing}
+        source = registers_only(workload, params)
+        by_rows = re.findall(r"X_ptr\[\(*\(\(int\)blockIdx\.x\) \* 100\)[^\]]*\(\(int\)threadIdx\.x\)\)\]", source)
+        assert len(by_rows) == (2 if sharing > 1 else 0), source  # the maximum's loads, then the sum's
 
 
 def test_a_single_values_partial_results_are_the_tiles_chunks_and_lanes(user_operators):

@@ -215,9 +215,11 @@ class Structure:
     accumulator of its own: 2 for a reduction by a tuple such as an argmax (the index beside the
     maximum), 1 for a sum."""
     row_columns: int = 0
-    """The output's values a row in a normalization whose every other stage computes one value a
-    row (softmax, a layer norm, an RMS norm; not attention's scores, many a row): on the GPU the
-    threads of a block may share a row (``row_threads``). 0 where they cannot."""
+    """The columns of a row that a GPU block's threads may share (``row_threads``): in a
+    normalization whose every other stage computes one value a row (softmax, a layer norm, an RMS
+    norm; not attention's scores, many a row), the output's values a row; in a reduction to a
+    single value, the longest row reduced before it (a loss's log-softmax over its classes). 0
+    where no rows are shared."""
 
     @property
     def spatial(self) -> list[Axis]:
@@ -282,7 +284,9 @@ class DerivedTemplate(Template):
         found = self.structure(workload)
         cuda = target_kind == "cuda"
         if found.total:
-            return totals.space(found.reduction_extents, cuda)
+            return {**totals.space(found.reduction_extents, cuda),
+                    **({"row_threads": {"_type": "discrete", "_value": _row_threads(found)}}
+                       if cuda and found.row_columns else {})}
         space: dict[str, Any] = {
             f"tile_{a.name}": {"_type": "factor", "_value": [a.extent, (3 if cuda else 2) if a.reduction
                                                               else (4 if cuda else 3)]}
@@ -315,6 +319,8 @@ class DerivedTemplate(Template):
         cuda = target.kind == "cuda"
         if found.total:
             totals.check(found.reduction_extents, params, target)
+            if cuda and found.row_columns:
+                one_of(params, "row_threads", tuple(_row_threads(found)))
             return
         if cuda and found.rows:
             rows = {a.name: factors(params, f"tile_{a.name}", a.extent, 3) for a in found.spatial}
@@ -391,7 +397,7 @@ class DerivedTemplate(Template):
             # without loops, which the single value's schedule gives a loop first.
             for before in stages.before:
                 if before not in single:
-                    _reduce_each_row(sch, before, cpu)
+                    _reduce_each_row(sch, before, cpu, params.get("row_threads", 1))
             return
         stages = _stages(sch, keep_input_stages=cpu or bool(params.get("shared")),
                          keep_shared=cpu and bool(params.get("compute_once")))
@@ -538,9 +544,11 @@ def _structure_cached(spec: str, key: tuple) -> Structure:
         reference_source = repr(reference)
     identity = hashlib.sha256((function.script() + reference_source + repr(key)).encode()).hexdigest()[:24]
     value_registers = max(-(-itemsize(dtype) // 4) for dtype, _ in stage_types(op.output))
-    if total:
+    if total:  # rows reduced before the single value (a loss's log-softmax) may be shared by threads
+        rows = [b for b in stages.before if _spatial_elements(sch, b) > 1]
+        longest = max((math.prod(_reduction_extents(sch, b)) for b in rows), default=0)
         return Structure(tuple(axes), (), False, 0, 0, 0, (), (), (), False, identity, total=True,
-                         value_registers=value_registers)
+                         value_registers=value_registers, row_columns=longest if longest > 1 else 0)
     row_extents = _long([a.extent for a in axes if not a.reduction])
     normalizes = _normalizes(sch, stages, row_extents)
     if normalizes:
@@ -1010,10 +1018,19 @@ def _vectorize_lanes(sch: Any, block: Any, anchor: Any) -> None:
     sch.decompose_reduction(block, others[len(others) - terms])
 
 
-def _reduce_each_row(sch: Any, block: Any, cpu: bool) -> None:
-    """A reduction along rows, a stage of its own: its rows in parallel (a thread each on the
-    GPU); on the CPU each row summed in ``BEFORE_LANES`` partial results read as whole vectors
-    where they split it, then combined."""
+def _reduce_each_row(sch: Any, block: Any, cpu: bool, sharing: int = 1) -> None:
+    """A reduction along rows, a stage of its own: its rows in parallel; on the CPU each row
+    summed in ``BEFORE_LANES`` partial results read as whole vectors where they split it, then
+    combined; on the GPU a thread a row, or with ``sharing`` above 1 a block a row, each of its
+    ``sharing`` threads reducing every ``sharing``-th column (coalesced), combined across them."""
+    if not cpu and sharing > 1:
+        loops, kinds = sch.get_loops(block), [int(iv.iter_type) for iv in sch.get(block).iter_vars]
+        rows = [loop for loop, kind in zip(loops, kinds) if kind == SPATIAL]
+        columns = [loop for loop, kind in zip(loops, kinds) if kind == REDUCE]
+        sch.bind(sch.fuse(*rows) if len(rows) > 1 else rows[0], "blockIdx.x")
+        fused = sch.fuse(*columns) if len(columns) > 1 else columns[0]
+        sch.bind(sch.split(fused, [None, sharing])[1], "threadIdx.x")
+        return
     factored = _factor_in_lanes(sch, block, _vector_lanes(int(sch.get(block).iter_vars[-1].dom.extent),
                                                           BEFORE_LANES)) if cpu else None
     if factored is None:
