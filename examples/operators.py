@@ -76,7 +76,7 @@ def depthwise_conv2d(batch: int = 1, channels: int = 64, height: int = 56, width
 
     def library(x: np.ndarray, w: np.ndarray) -> Callable[[], Any]:
         torch = _torch()
-        tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+        tx, tw = torch.from_dlpack(x), torch.from_dlpack(w)
         return lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=pad, groups=channels)
 
     return Operator([x, w], y, flops=2 * batch * channels * out_h * out_w * kernel * kernel, reference=reference,
@@ -101,7 +101,7 @@ def matmul_bias_gelu(n: int = 256, k: int = 512, m: int = 512) -> Operator:
 
     def library(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> Callable[[], Any]:
         torch = _torch()
-        ta, tb, tbias = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(bias)
+        ta, tb, tbias = torch.from_dlpack(a), torch.from_dlpack(b), torch.from_dlpack(bias)
         return lambda: torch.nn.functional.gelu(torch.addmm(tbias, ta, tb))
 
     return Operator([a, b, bias], y, flops=2 * n * m * k + 8 * n * m, reference=reference,
@@ -124,7 +124,7 @@ def softmax(rows: int = 1024, cols: int = 1024) -> Operator:
 
     def library(x: np.ndarray) -> Callable[[], Any]:
         torch = _torch()
-        tx = torch.from_numpy(x)
+        tx = torch.from_dlpack(x)
         return lambda: torch.softmax(tx, dim=1)
 
     return Operator([x], y, flops=4 * rows * cols, reference=reference, library=("PyTorch", library))
@@ -149,7 +149,7 @@ def layer_norm(rows: int = 1024, cols: int = 768, epsilon: float = 1e-5) -> Oper
 
     def library(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> Callable[[], Any]:
         torch = _torch()
-        tx, tg, tb = torch.from_numpy(x), torch.from_numpy(gamma), torch.from_numpy(beta)
+        tx, tg, tb = torch.from_dlpack(x), torch.from_dlpack(gamma), torch.from_dlpack(beta)
         return lambda: torch.nn.functional.layer_norm(tx, (cols,), tg, tb, epsilon)
 
     return Operator([x, gamma, beta], y, flops=8 * rows * cols, reference=reference, library=("PyTorch", library))
@@ -182,7 +182,7 @@ def dense_layer_norm(tokens: int = 128, features: int = 768, outputs: int = 768,
     def library(x: np.ndarray, w: np.ndarray, bias: np.ndarray, gamma: np.ndarray, beta: np.ndarray
                 ) -> Callable[[], Any]:
         torch = _torch()
-        tx, tw, tbias, tg, tb = (torch.from_numpy(a) for a in (x, w, bias, gamma, beta))
+        tx, tw, tbias, tg, tb = (torch.from_dlpack(a) for a in (x, w, bias, gamma, beta))
         functional = torch.nn.functional
         return lambda: functional.layer_norm(functional.linear(tx, tw, tbias), (outputs,), tg, tb, epsilon)
 
@@ -211,7 +211,7 @@ def attention(heads: int = 8, seq: int = 128, dim: int = 64) -> Operator:
 
     def library(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> Callable[[], Any]:
         torch = _torch()
-        tq, tk, tv = torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v)
+        tq, tk, tv = torch.from_dlpack(q), torch.from_dlpack(k), torch.from_dlpack(v)
         return lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv)
 
     return Operator([q, k, v], y, flops=4 * heads * seq * seq * dim + 4 * heads * seq * seq, reference=reference,
@@ -231,7 +231,7 @@ def mse_loss(rows: int = 1024, cols: int = 1024) -> Operator:
 
     def library(p: np.ndarray, t: np.ndarray) -> Callable[[], Any]:
         torch = _torch()
-        tp, tt = torch.from_numpy(p), torch.from_numpy(t)
+        tp, tt = torch.from_dlpack(p), torch.from_dlpack(t)
         return lambda: torch.nn.functional.mse_loss(tp, tt)
 
     return Operator([prediction, target], y, flops=3 * rows * cols,
@@ -249,7 +249,7 @@ def embedding_bag(bags: int = 1024, per_bag: int = 32, vocab: int = 50000, dim: 
 
     def library(ids: np.ndarray, table: np.ndarray) -> Callable[[], Any]:
         torch = _torch()
-        tids, ttable = torch.from_numpy(ids), torch.from_numpy(table)
+        tids, ttable = torch.from_dlpack(ids), torch.from_dlpack(table)
         return lambda: torch.nn.functional.embedding_bag(tids, ttable, mode="sum")
 
     return Operator([ids, table], y, flops=bags * per_bag * dim,
@@ -257,8 +257,9 @@ def embedding_bag(bags: int = 1024, per_bag: int = 32, vocab: int = 50000, dim: 
 
 
 def _torch() -> Any:
-    """PyTorch on the CPU, as a NumPy user would call it (ImportError where it is not installed:
-    the kernel then has no library to be timed against)."""
+    """PyTorch, on the device its inputs are on: ``torch.from_dlpack`` reads NumPy arrays (the CPU)
+    and the GPU's tensors alike, without a copy (ImportError where it is not installed: the
+    kernel then has no library to be timed against)."""
     import torch
 
     return torch

@@ -58,7 +58,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,19 +277,27 @@ class Campaign:
 
     # -- anchors -----------------------------------------------------------------------------
     def anchors(self) -> bool:
+        return self._libraries(self.scale.anchors, (False, True))
+
+    def _libraries(self, names: Sequence[str], tf32s: tuple[bool, ...]) -> bool:
+        """The vendor library of each workload timed alone on this GPU (``anchor.measure``), at
+        each of ``tf32s``, in ``anchors.json``; a workload that has none here gets the reason."""
         path = self.out / "anchors.json"
         found = json.loads(path.read_text()) if path.exists() else []
         done = {(a["workload"], a["tf32"]) for a in found}
-        for name in self.scale.anchors:
-            for tf32 in (False, True):
+        for name in names:
+            for tf32 in tf32s:
                 if (name, tf32) in done:
                     continue
                 if self.past_deadline():
                     return False
-                measured = anchor.measure(lookup(name), self.target, tf32=tf32)
+                try:
+                    measured, why = anchor.measure(named_or_operator(name), self.target, tf32=tf32), None
+                except ValueError as e:  # an operator's library that cannot read the GPU's tensors
+                    measured, why = None, str(e)
                 found.append({"workload": name, "tf32": tf32, "device": self.gpu, **(measured.to_json() if measured else {
-                    "library": None, "why": "no PyTorch with a visible GPU here (a dry run)" if self.dry_run
-                    else "no PyTorch with a visible GPU here"})})
+                    "library": None, "why": why or ("no library with a visible GPU here (a dry run)" if self.dry_run
+                                                    else "no library with a visible GPU here")})})
                 replace_text(path, json.dumps(found, indent=2) + "\n")
         return True
 
@@ -310,7 +318,10 @@ class Campaign:
         return True
 
     def operators(self) -> bool:
-        return self._steps("operators", self.scale.operators, self.out / "operators.csv")
+        """OpEvo on each user's operator (``operators.csv``), then the library each names timed on
+        this GPU (``anchors.json``), which the report sets the best kernel against."""
+        return self._steps("operators", self.scale.operators, self.out / "operators.csv") and \
+            self._libraries([name for step in self.scale.operators for name in step.workloads], (False,))
 
     def comparison(self) -> bool:
         return self._steps("comparison", self.scale.steps, self.out / "trials.csv")

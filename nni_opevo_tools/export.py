@@ -195,7 +195,11 @@ def versus_vendor(library_path: str, workload: Any, target: Any, options: Option
     """The exported kernel against the vendor library, interleaved (``anchor.compare``)."""
     from trial_code import library, measure
 
-    if anchor.vendor(workload, target) is None:
+    try:
+        if anchor.vendor(workload, target) is None:
+            return None
+    except ValueError as e:  # an operator's library that cannot read the GPU's tensors: the export stands
+        print(f"no comparison with the library: {e}", flush=True)
         return None
     kernel = library.load(library_path, workload, "cuda" if target.kind == "cuda" else "cpu")
     call = kernel.caller(*measure.prepare(workload, seed=0).host)

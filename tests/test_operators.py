@@ -15,6 +15,7 @@ import sys
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -965,6 +966,60 @@ def test_an_argument_only_the_reference_reads_gets_a_reference_of_its_own(tmp_pa
     params, _ = constraint.draw(wrong, targets.cpu(), 0)
     statuses = [evaluate(w, params, targets.cpu(), Limits(repeat=1, min_repeat_ms=1)).status.name for w in (wrong, right)]
     assert statuses == ["WRONG_ANSWER", "NO_ERROR"]
+
+
+def test_an_operators_library_is_called_on_the_inputs_where_the_kernel_runs(operator_module, monkeypatch):
+    """The library a user names is timed where the kernel runs: on the CPU called on NumPy
+    arrays, on a GPU on tensors there, which ``np.from_dlpack`` (``torch.from_dlpack``) reads as it
+    reads the arrays, its work waited for by synchronizing the device. TVM's CPU tensors stand in
+    for the GPU's here (both TVM's tensors, read through DLPack). A library that cannot read them
+    (a NumPy call on the GPU's tensors), or whose result comes back on another device, is one
+    ValueError naming the operator, which the campaign records as the reason; with no GPU
+    visible there is none to time."""
+    import tvm
+
+    from trial_code import anchor, measure
+
+    make = operator_module("libops", """
+        import numpy as np
+        from tvm import te
+        from trial_code.operators import Operator
+
+        def doubled(n=64):
+            x = te.placeholder((n,), "float32", name="X")
+            def library(x):
+                array = np.from_dlpack(x)
+                return lambda: array * 2
+            return Operator([x], te.compute((n,), lambda i: x[i] * 2, name="Y"), flops=n, library=("NumPy", library))
+
+        def numpy_only(n=64):
+            x = te.placeholder((n,), "float32", name="X")
+            def library(x):
+                copy = x.astype(np.float64)
+                return lambda: copy * 2
+            return Operator([x], te.compute((n,), lambda i: x[i] * 2, name="Y"), flops=n, library=("NumPy", library))
+    """)
+    doubled, numpy_only = make("doubled"), make("numpy_only")
+    inputs = measure.prepare(doubled, seed=0).host
+    for target in (targets.cpu(), dataclasses.replace(targets.cuda(), has_device=True)):
+        with monkeypatch.context() as patched:
+            patched.setattr(measure, "device_of", lambda target: tvm.cpu(0))
+            library = anchor.vendor(doubled, target)
+            np.testing.assert_array_equal(library.run(), inputs[0] * 2)
+            library.sync()
+            if target.kind == "cuda":
+                with pytest.raises(ValueError, match=r"numpy_only.*library 'NumPy' failed on the GPU's inputs.*"
+                                                     r"torch\.from_dlpack\(x\).*AttributeError"):
+                    anchor.vendor(numpy_only, target)
+            else:
+                assert anchor.vendor(numpy_only, target) is not None
+    with monkeypatch.context() as patched:  # a GPU whose library's result came back on the CPU: not timed
+        patched.setattr(measure, "device_of", lambda target: SimpleNamespace(dlpack_device_type=lambda: 2,
+                                                                             sync=lambda: None))
+        patched.setattr(measure, "upload", lambda prepared, device: [tvm.runtime.tensor(inputs[0]), None])
+        with pytest.raises(ValueError, match=r"returned its result off the GPU \(DLPack device \(1, 0\)\)"):
+            anchor.vendor(doubled, dataclasses.replace(targets.cuda(), has_device=True))
+    assert anchor.vendor(doubled, targets.cuda()) is None  # no GPU visible here
 
 
 def test_an_operator_declares_the_values_its_inputs_are_drawn_among(operator_module, tmp_path, monkeypatch, capsys):

@@ -152,20 +152,41 @@ def vendor(workload: Workload, target: Target, tf32: bool = False) -> Vendor | N
 
 
 def _declared(workload: Workload, target: Target) -> Vendor | None:
-    """A user's operator: the library its ``Operator`` names, on the CPU, called on the trials'
-    inputs; None where it names none or it is not installed here (its function raised ImportError)."""
+    """A user's operator: the library its ``Operator`` names, called on the trials' inputs (NumPy
+    arrays on the CPU; on a GPU, tensors on it, which ``torch.from_dlpack`` reads as it reads the
+    arrays), waited for by synchronizing the device; None where it names none, it is not installed
+    here (its function raised ImportError) or no GPU is visible. On a GPU the call is made once
+    first: one that fails on the GPU's tensors (a NumPy library), or returns its result on another
+    device (a copy to the host), is a ValueError naming the operator, never a ratio."""
     from . import measure
 
     operator = getattr(for_workload(workload), "operator", None)
     declared = operator(workload).library if operator is not None else None
-    if declared is None or target.kind == "cuda":
+    if declared is None or (target.kind == "cuda" and not target.has_device):
         return None
     name, prepare = declared
+    prepared = measure.prepare(workload, seed=0)
+    if target.kind == "cuda":
+        device = measure.device_of(target)
+        inputs, sync = measure.upload(prepared, device)[:-1], device.sync
+    else:
+        inputs, sync = prepared.host, lambda: None
     try:
-        call = prepare(*measure.prepare(workload, seed=0).host)
+        call = prepare(*inputs)
+        if target.kind == "cuda":
+            result = call()  # once: a library that cannot read the GPU's tensors fails here
     except ImportError:
         return None
-    return Vendor(name, call, lambda: None)
+    except Exception as e:  # noqa: BLE001 (the user's code, on tensors it may not read)
+        if target.kind != "cuda":
+            raise
+        raise ValueError(f"{workload.name}: its library {name!r} failed on the GPU's inputs (tensors on the GPU, "
+                         f"read through DLPack: torch.from_dlpack(x)): {type(e).__name__}: {e}") from None
+    if target.kind == "cuda" and hasattr(result, "__dlpack_device__") and \
+            result.__dlpack_device__()[0] != device.dlpack_device_type():
+        raise ValueError(f"{workload.name}: its library {name!r} returned its result off the GPU (DLPack device "
+                         f"{result.__dlpack_device__()}): the kernel is not timed against another device's computation")
+    return Vendor(name, call, sync)
 
 
 def _torch(workload: Workload, target: Target, tf32: bool) -> Vendor | None:

@@ -61,10 +61,11 @@ class Operator:
     when given, computes the output in float64 from NumPy copies of the inputs, float64 for float
     inputs and int64 for integer ones (``table[ids]`` indexes with them); without
     it, trials are checked against TVM's untransformed loop nest on the CPU. ``library``, when
-    given, names what a user would call instead on the CPU (NumPy, PyTorch) and a function that
-    takes the inputs (NumPy arrays of their types) and returns a call of it without arguments, its
-    conversions done once: the export times the tuned kernel against that call (``anchor``); a
-    function that raises ImportError means the library is not installed here. ``values``, when
+    given, names what a user would call instead (NumPy, PyTorch) and a function that takes the
+    inputs and returns a call of it without arguments, its conversions done once: NumPy arrays of
+    their types on the CPU; on a GPU, tensors on it (``torch.from_dlpack`` reads either). The
+    export and the GPU campaign time the tuned kernel against that call (``anchor``); a function
+    that raises ImportError means the library is not installed here. ``values``, when
     given, maps an input's name to the values the check draws it among, ``(low, high)``: floats
     uniform in [low, high), integers low..high, where the defaults (floats in [-1, 1), integers in
     ``precision.integer_range``) leave the computation's domain (a variance under a square root,
