@@ -33,8 +33,9 @@ order of the project's goals:
    and ceiling stages measured of its workload on the device (its tuner is told them, they are not
    its rows); its own trials of an older space (``double_buffer``) are off the space and skipped.
 8. ``operators``: OpEvo at 128 trials on each operator of ``examples/operators.py`` (a user's
-   computation, its template derived: ``trial_code.templates.derived``) at its default shape;
-   the call runs in the repository's root, where ``examples`` imports.
+   computation, its template derived: ``trial_code.templates.derived``) at its default shape,
+   then the library each names timed on the GPU (``anchors.json``: PyTorch on the inputs as
+   tensors there); the call runs in the repository's root, where ``examples`` imports.
 9. ``comparison``: OpEvo, G-BFS, N-A2C, AutoTVM, NoSE and TPE at 128 trials, one workload per
    step (each within one loan), then two more seeds of each; builds in parallel, measurements one
    at a time.
