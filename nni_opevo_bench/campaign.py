@@ -294,8 +294,10 @@ class Campaign:
                     return False
                 try:
                     measured, why = anchor.measure(named_or_operator(name), self.target, tf32=tf32), None
-                except ValueError as e:  # an operator's library that cannot read the GPU's tensors
-                    measured, why = None, str(e)
+                except Exception as e:  # noqa: BLE001
+                    # A library that cannot run here (an operator's that cannot read the GPU's tensors): the
+                    # reason is recorded and the campaign goes on; raised, every later call would stop here.
+                    measured, why = None, f"{type(e).__name__}: {e}"
                 found.append({"workload": name, "tf32": tf32, "device": self.gpu, **(measured.to_json() if measured else {
                     "library": None, "why": why or ("no library with a visible GPU here (a dry run)" if self.dry_run
                                                     else "no library with a visible GPU here")})})
