@@ -557,14 +557,14 @@ def test_a_normalization_whose_reductions_keep_their_dimension_is_scheduled_row_
         registers_only(workload, constraint.draw(workload, H100, seed)[0])
 
 
-@pytest.mark.slow(seconds=30)
+@pytest.mark.slow(seconds=5)
 @NEEDS_NVCC
 @pytest.mark.parametrize("name", ["rms_norm", "log_softmax", "instance_norm"])
 def test_a_normalizations_rows_are_shared_by_a_blocks_threads_on_the_gpu(user_operators, name):
     """A GPU thread per row reads its row alone: a warp's loads fall a row apart, and a thousand
     rows keep at most a thousand threads busy. ``row_threads`` threads share each row instead,
     each reducing every ``row_threads``-th column, combined across them (warp shuffles), and
-    write its consecutive columns from consecutive threads. Offered where every stage but the
+    they write the row's consecutive columns from consecutive threads. Offered where every stage but the
     output computes one value a row (an instance norm's two, over an image's rows and columns
     together); each value compiles to registers only from admitted draws, and the CPU's trials
     still match the reference."""
@@ -584,6 +584,7 @@ def test_a_normalizations_rows_are_shared_by_a_blocks_threads_on_the_gpu(user_op
 
 
 def _admitted(workload: workloads.Workload, params: dict) -> bool:
+    """Whether the static check admits ``params`` for the H100."""
     try:
         for_workload(workload).check(workload, params, H100)
     except Infeasible:
