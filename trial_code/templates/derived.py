@@ -1026,10 +1026,8 @@ def _reduce_each_row(sch: Any, block: Any, cpu: bool, sharing: int = 1) -> None:
     if not cpu and sharing > 1:
         loops, kinds = sch.get_loops(block), [int(iv.iter_type) for iv in sch.get(block).iter_vars]
         rows = [loop for loop, kind in zip(loops, kinds) if kind == SPATIAL]
-        columns = [loop for loop, kind in zip(loops, kinds) if kind == REDUCE]
         sch.bind(sch.fuse(*rows) if len(rows) > 1 else rows[0], "blockIdx.x")
-        fused = sch.fuse(*columns) if len(columns) > 1 else columns[0]
-        sch.bind(sch.split(fused, [None, sharing])[1], "threadIdx.x")
+        _split_among_threads(sch, [loop for loop, kind in zip(loops, kinds) if kind == REDUCE], sharing)
         return
     factored = _factor_in_lanes(sch, block, _vector_lanes(int(sch.get(block).iter_vars[-1].dom.extent),
                                                           BEFORE_LANES)) if cpu else None
@@ -1209,10 +1207,11 @@ def _schedule_rows_cuda(sch: Any, stages: _Stages, found: Structure, params: dic
     output = stages.after[-1]
     parts = [sch.split(loop, params[f"tile_{a.name}"]) for loop, a in zip(_row_loops(sch, output, found.row_axes),
                                                                            found.row_axes)]
-    split = [sch.get(loop) for part in parts for loop in part]
-    columns = [loop for loop in sch.get_loops(output) if not any(sch.get(loop).same_as(s) for s in split)]
     sharing = params.get("row_threads", 1)
-    sch.reorder(*(p[level] for level in range(3) for p in parts), *(columns if sharing > 1 else ()))
+    split = [sch.get(loop) for part in parts for loop in part]
+    columns = [loop for loop in sch.get_loops(output) if not any(sch.get(loop).same_as(s) for s in split)] \
+        if sharing > 1 else []
+    sch.reorder(*(p[level] for level in range(3) for p in parts), *columns)
     blocks = sch.fuse(*(p[0] for p in parts)) if len(parts) > 1 else parts[0][0]
     threads = sch.fuse(*(p[1] for p in parts)) if len(parts) > 1 else parts[0][1]
     sch.bind(blocks, "blockIdx.x")
@@ -1246,24 +1245,27 @@ def _share_rows_cuda(sch: Any, stages: _Stages, rows: list[Any], columns: list[A
     ``unroll`` reaches a thread's columns, never the rows around them: a combination across the
     threads written out twice fails TVM's lowering (``load_remap_``)."""
     sharing = params["row_threads"]
-    fused = sch.fuse(*columns) if len(columns) > 1 else columns[0]
-    own, shared = sch.split(fused, [None, sharing])
-    sch.bind(shared, "threadIdx.x")
-    each_thread = [own]
+    each_thread = [_split_among_threads(sch, columns, sharing)]
     for block in [*reversed(stages.after[:-1]), stages.main, *reversed(stages.before)]:
         sch.compute_at(block, rows[-1])
         _accumulate_in(sch, block, "local")
         reducing = _reducing_loops(sch, block, rows[-1])
-        if not reducing:  # a row's value computed from others: each thread computes it for itself
-            continue
-        across = sch.fuse(*reducing) if len(reducing) > 1 else reducing[0]
-        own, shared = sch.split(across, [None, sharing])
-        sch.bind(shared, "threadIdx.x")
-        each_thread.append(own)
+        if reducing:  # else a row's value computed from others: each thread computes it for itself
+            each_thread.append(_split_among_threads(sch, reducing, sharing))
     for loop in rows:
         sch.annotate(loop, "pragma_auto_unroll_max_step", 0)
     for loop in each_thread:
         _annotate_unroll(sch, loop, params)
+
+
+def _split_among_threads(sch: Any, loops: list[Any], threads: int) -> Any:
+    """``loops`` fused, then split among ``threads`` threads (``threadIdx.x``), each taking every
+    ``threads``-th iteration, consecutive ones on consecutive threads; returns each thread's loop.
+    Over a reduction's loops, TVM combines the threads' parts across them."""
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    own, shared = sch.split(fused, [None, threads])
+    sch.bind(shared, "threadIdx.x")
+    return own
 
 
 def _reduce_outside_columns(sch: Any, block: Any, anchor: Any, rows: int) -> None:
