@@ -1023,6 +1023,65 @@ def test_an_operators_library_is_called_on_the_inputs_where_the_kernel_runs(oper
     assert anchor.vendor(doubled, targets.cuda()) is None  # no GPU visible here
 
 
+def _pytorch_switches(api: str, on: bool) -> SimpleNamespace:
+    """A stand-in for PyTorch's TF32 switches (this suite runs without PyTorch): PyTorch 2.9's
+    ``fp32_precision`` ("ieee" or "tf32"), or the older ``allow_tf32``."""
+    if api == "fp32_precision":
+        value = "tf32" if on else "ieee"
+        return SimpleNamespace(backends=SimpleNamespace(cuda=SimpleNamespace(matmul=SimpleNamespace(fp32_precision=value)),
+                                                        cudnn=SimpleNamespace(conv=SimpleNamespace(fp32_precision=value))))
+    return SimpleNamespace(backends=SimpleNamespace(cuda=SimpleNamespace(matmul=SimpleNamespace(allow_tf32=on)),
+                                                    cudnn=SimpleNamespace(allow_tf32=on)))
+
+
+@pytest.mark.parametrize("api", ["fp32_precision", "allow_tf32"])
+def test_a_library_on_the_gpu_runs_in_float32_whatever_an_earlier_anchor_left_on(operator_module, monkeypatch, api):
+    """PyTorch's TF32 switches are process-wide: the campaign's TF32 anchors turned them on for
+    every library timed after them in the call, and cuDNN starts with its convolutions' on, while
+    the tables set each ratio against float32. A library runs with them as its ``Vendor`` says (a
+    user's operator's off, the kernel's class), from its first call to the end of its timing, and
+    they are put back after; PyTorch 2.9's ``fp32_precision`` where it has it (reading the older
+    ``allow_tf32`` there raises once a library set the newer), ``allow_tf32`` before. TVM's CPU
+    tensors stand in for the GPU's, as above."""
+    import tvm
+
+    from trial_code import anchor, measure
+
+    torch = _pytorch_switches(api, on=True)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(measure, "device_of", lambda target: tvm.cpu(0))
+    module = f"switchops_{api}"  # a module of its own: the derived template keeps an operator once imported
+    doubled = operator_module(module, """
+        import sys
+        import numpy as np
+        from tvm import te
+        from trial_code import anchor
+        from trial_code.operators import Operator
+
+        def doubled(n=64):
+            x = te.placeholder((n,), "float32", name="X")
+            def library(x):
+                array, torch = np.from_dlpack(x), sys.modules["torch"]
+                def call():
+                    SEEN.append(tuple(getattr(owner, name) for owner, name, _ in anchor.tf32_switches(torch)))
+                    return array * 2
+                return call
+            return Operator([x], te.compute((n,), lambda i: x[i] * 2, name="Y"), flops=n, library=("PyTorch", library))
+
+        SEEN = []
+    """)("doubled")
+    seen = importlib.import_module(module).SEEN
+    gpu = dataclasses.replace(targets.cuda(), has_device=True)
+    off, on = (("ieee", "ieee"), ("tf32", "tf32")) if api == "fp32_precision" else ((False, False), (True, True))
+    measured = anchor.measure(doubled, gpu, repeat=2, min_repeat_ms=1)
+    assert measured is not None and measured.library == "PyTorch"
+    assert seen and set(seen) == {off}  # the first call, the warm-up and every timed run
+    assert tuple(getattr(o, n) for o, n, _ in anchor.tf32_switches(torch)) == on  # as they were
+    with anchor.tf32_for(anchor.Vendor("cuBLAS (TF32)", lambda: None, lambda: None, tf32=True)):
+        torch_on = tuple(getattr(o, n) for o, n, _ in anchor.tf32_switches(torch))
+    assert torch_on == on
+
+
 def test_an_operator_declares_the_values_its_inputs_are_drawn_among(operator_module, tmp_path, monkeypatch, capsys):
     """A batch norm's variance under a square root is NaN for half the default draws, and the
     check refuses a reference that is NaN; declared as values in [0.5, 2) (an integer input's as

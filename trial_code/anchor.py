@@ -23,8 +23,9 @@ from __future__ import annotations
 import contextlib
 import math
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -116,11 +117,46 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Vendor:
-    """The library's call on prepared inputs, and how to wait for it to finish."""
+    """The library's call on prepared inputs, how to wait for it to finish, and whether PyTorch
+    may use TF32 tensor cores for it (``tf32_for``)."""
 
     name: str
     run: Callable[[], Any]
     sync: Callable[[], Any]
+    tf32: bool = False
+
+
+def tf32_switches(torch: Any) -> list[tuple[Any, str, tuple[Any, Any]]]:
+    """PyTorch's process-wide TF32 switches for cuBLAS's float32 products and cuDNN's
+    convolutions: (object, attribute, (value off, value on)). PyTorch 2.9 and later name them
+    ``fp32_precision``; reading the older ``allow_tf32`` after a library set the newer one raises
+    there, so the newer are used wherever they exist."""
+    cuda, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    if hasattr(cuda, "fp32_precision") and hasattr(getattr(cudnn, "conv", None), "fp32_precision"):
+        return [(cuda, "fp32_precision", ("ieee", "tf32")), (cudnn.conv, "fp32_precision", ("ieee", "tf32"))]
+    return [(cuda, "allow_tf32", (False, True)), (cudnn, "allow_tf32", (False, True))]
+
+
+@contextlib.contextmanager
+def tf32_for(library: Vendor) -> Iterator[None]:
+    """PyTorch's TF32 switches as ``library.tf32`` says while the library runs, and as they were
+    after. They are process-wide, so a TF32 anchor would otherwise leave TF32 on for every library
+    timed after it in the process (a user's operator's PyTorch products on tensor cores beside a
+    table that says fp32), and cuDNN's convolutions use TF32 unless told not to. Nothing is done
+    where the library has not imported PyTorch."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    switches = tf32_switches(torch)
+    before = [getattr(owner, attribute) for owner, attribute, _ in switches]
+    for owner, attribute, values in switches:
+        setattr(owner, attribute, values[library.tf32])
+    try:
+        yield
+    finally:
+        for (owner, attribute, _), value in zip(switches, before):
+            setattr(owner, attribute, value)
 
 
 def _blas_name() -> str:
@@ -157,7 +193,8 @@ def _declared(workload: Workload, target: Target) -> Vendor | None:
     arrays), waited for by synchronizing the device; None where it names none, it is not installed
     here (its function raised ImportError) or no GPU is visible. On a GPU the call is made once
     first: one that fails on the GPU's tensors (a NumPy library), or returns its result on another
-    device (a copy to the host), is a ValueError naming the operator, never a ratio."""
+    device (a copy to the host), is a ValueError naming the operator, never a ratio. It runs with
+    PyTorch's TF32 off (``tf32_for``), in float32 as the kernel computes."""
     from . import measure
 
     operator = getattr(for_workload(workload), "operator", None)
@@ -172,9 +209,10 @@ def _declared(workload: Workload, target: Target) -> Vendor | None:
     else:
         inputs, sync = prepared.host, lambda: None
     try:
-        call = prepare(*inputs)
+        library = Vendor(name, prepare(*inputs), sync)
         if target.kind == "cuda":
-            result = call()  # once: a library that cannot read the GPU's tensors fails here
+            with tf32_for(library):
+                result = library.run()  # once: a library that cannot read the GPU's tensors fails here
     except ImportError:
         return None
     except Exception as e:  # noqa: BLE001 (the user's code, on tensors it may not read)
@@ -186,7 +224,7 @@ def _declared(workload: Workload, target: Target) -> Vendor | None:
             result.__dlpack_device__()[0] != device.dlpack_device_type():
         raise ValueError(f"{workload.name}: its library {name!r} returned its result off the GPU (DLPack device "
                          f"{result.__dlpack_device__()}): the kernel is not timed against another device's computation")
-    return Vendor(name, call, sync)
+    return library
 
 
 def _torch(workload: Workload, target: Target, tf32: bool) -> Vendor | None:
@@ -204,20 +242,19 @@ def _torch(workload: Workload, target: Target, tf32: bool) -> Vendor | None:
     def random(*shape: int) -> Any:
         return torch.randn(*shape, device="cuda", dtype=torch.float32, generator=generator)
 
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
-    precision = f"PyTorch {torch.__version__.split('+')[0]}, {'TF32' if tf32 else 'fp32'}"
+    kind = f"PyTorch {torch.__version__.split('+')[0]}, {'TF32' if tf32 else 'fp32'}"
     if workload.family == "conv2d":
         data = random(s["batch"], s["in_channels"], s["height"], s["width"])
         weight = random(s["out_channels"], s["in_channels"], s["kernel_h"], s["kernel_w"])
-        return Vendor(f"cuDNN ({precision})", lambda: torch.nn.functional.conv2d(
-            data, weight, stride=s["stride"], padding=s["padding"]), torch.cuda.synchronize)
+        return Vendor(f"cuDNN ({kind})", lambda: torch.nn.functional.conv2d(
+            data, weight, stride=s["stride"], padding=s["padding"]), torch.cuda.synchronize, tf32)
     lead = (s["batch"],) if workload.family == "batch_matmul" else ()
     a = random(*lead, *((s["k"], s["n"]) if s["layout"][0] == "T" else (s["n"], s["k"])))
     b = random(*lead, *((s["m"], s["k"]) if s["layout"][1] == "T" else (s["k"], s["m"])))
     a_view = a.transpose(-1, -2) if s["layout"][0] == "T" else a
     b_view = b.transpose(-1, -2) if s["layout"][1] == "T" else b
-    return Vendor(f"cuBLAS ({precision})", lambda: torch.matmul(a_view, b_view), torch.cuda.synchronize)
+    return Vendor(f"cuBLAS ({kind})", lambda: torch.matmul(a_view, b_view), torch.cuda.synchronize, tf32)
 
 
 def _runs_per_window(run: Callable[[], Any], sync: Callable[[], Any], min_repeat_ms: float) -> int:
@@ -258,7 +295,7 @@ def measure(workload: Workload, target: Target, repeat: int = 5, min_repeat_ms: 
     library = vendor(workload, target, tf32)
     if library is None:
         return None
-    with exclusive(target.device, lock_timeout):
+    with exclusive(target.device, lock_timeout), tf32_for(library):
         number = _runs_per_window(library.run, library.sync, min_repeat_ms)
         runs = [_seconds_per_run(library.run, library.sync, number) for _ in range(repeat)]
     latency = statistics.median(runs)
@@ -279,7 +316,7 @@ def compare(workload: Workload, target: Target, kernel: Callable[[], Any], kerne
         with off_pinned_cores() if target.kind == "llvm" else contextlib.nullcontext():
             return _seconds_per_run(kernel, kernel_sync, number, SETTLE_S)
 
-    with exclusive(target.device, lock_timeout):
+    with exclusive(target.device, lock_timeout), tf32_for(library):
         numbers = (_runs_per_window(kernel, kernel_sync, min_repeat_ms),
                    _runs_per_window(library.run, library.sync, min_repeat_ms))
         pairs = [(kernel_window(numbers[0]), _seconds_per_run(library.run, library.sync, numbers[1], SETTLE_S))
