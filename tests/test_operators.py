@@ -1466,6 +1466,28 @@ def test_an_operator_workload_travels_in_the_trial_command_and_back():
         workloads.make("operator", operator="examples.operators:softmax", rows=float("nan"))
 
 
+
+def test_an_operator_named_with_its_shape_is_the_workload_the_command_line_gives():
+    """The harness and the GPU campaign name a user's operator at a shape as its spec followed by
+    ``--shape``'s words (``examples.operators:softmax rows=64 cols=128``): the same workload as
+    ``--operator`` with ``--shape`` gives, values read alike; a word without ``=`` is one error
+    naming the workload."""
+    import argparse
+
+    from trial_code import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_workload_options(parser)
+    given = cli.workload_from(parser.parse_args(["--operator", "examples.operators:layer_norm", "--shape", "rows=64",
+                                                 "cols=128", "epsilon=1e-3"]))
+    named = workloads.named_or_operator("examples.operators:layer_norm rows=64 cols=128 epsilon=1e-3")
+    assert named == given and named.shape["epsilon"] == 1e-3 and named.name == "layer_norm_rows64_cols128_epsilon0.001"
+    assert workloads.named_or_operator("examples.operators:softmax") == workloads.make(
+        "operator", operator="examples.operators:softmax")
+    with pytest.raises(ValueError, match=r"^workload 'examples.operators:softmax rows' takes KEY=VALUE, got 'rows'$"):
+        workloads.named_or_operator("examples.operators:softmax rows")
+
+
 # -- every example end to end under nnictl ---------------------------------------------------------------
 @pytest.mark.slow(seconds=130)
 def test_every_example_is_tuned_under_nnictl_exported_and_loaded(tmp_path):

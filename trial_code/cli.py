@@ -5,7 +5,6 @@ command's help from its module docstring (``description``, ``epilog``)."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Callable
 from typing import Any
@@ -62,21 +61,8 @@ def workload_from(args: argparse.Namespace) -> Workload:
     if not args.family and operator is None:
         raise ValueError("give --workload NAME, --family with --shape, or --operator MODULE:NAME")
     shape: dict[str, Any] = {} if operator is None else {"operator": operator}
-    for pair in args.shape:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--shape takes KEY=VALUE, got {pair!r}")
-        shape[key] = _value(value)
+    shape.update(workloads.shape_arguments(args.shape, "--shape"))
     return workloads.make(args.family or "operator", name=args.name, **shape)
-
-
-def _value(text: str) -> Any:
-    """A --shape value: an int, a float or a bool as JSON reads it, else the word itself."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return text
-    return value if isinstance(value, (int, float, bool)) else text
 
 
 def bounded(kind: type, low: float, high: float) -> Callable[[str], Any]:

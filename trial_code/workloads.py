@@ -7,6 +7,7 @@ ResNet-18 table (``R1``-``R12``, batch 1).
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -165,9 +166,30 @@ NAMED: dict[str, Workload] = {
 
 
 def named_or_operator(name: str) -> Workload:
-    """A named workload, or a user's operator by its ``module:function`` spec at the function's
-    default shape (how the benchmark harness names the examples)."""
-    return make("operator", operator=name) if ":" in name else lookup(name)
+    """A named workload, or a user's operator by its ``module:function`` spec, at the function's
+    default shape or at the ``KEY=VALUE`` words after it, as ``--shape`` takes them
+    (``examples.operators:softmax rows=16384 cols=1024``): how the benchmark harness and the GPU
+    campaign name the examples."""
+    if ":" not in name:
+        return lookup(name)
+    spec, *pairs = name.split()
+    return make("operator", operator=spec, **shape_arguments(pairs, f"workload {name!r}"))
+
+
+def shape_arguments(pairs: list[str], what: str) -> dict[str, Any]:
+    """``KEY=VALUE`` words as keyword arguments, each value an int, a float or a bool as JSON reads
+    it, else the word itself; ValueError naming ``what`` for a word without ``=``."""
+    arguments: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep:
+            raise ValueError(f"{what} takes KEY=VALUE, got {pair!r}")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        arguments[key] = value if isinstance(value, (int, float, bool)) else text
+    return arguments
 
 
 def lookup(name: str) -> Workload:
