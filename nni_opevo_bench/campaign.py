@@ -33,9 +33,10 @@ order of the project's goals:
    and ceiling stages measured of its workload on the device (its tuner is told them, they are not
    its rows); its own trials of an older space (``double_buffer``) are off the space and skipped.
 8. ``operators``: OpEvo at 128 trials on each operator of ``examples/operators.py`` (a user's
-   computation, its template derived: ``trial_code.templates.derived``) at its default shape,
-   then the library each names timed on the GPU (``anchors.json``: PyTorch on the inputs as
-   tensors there); the call runs in the repository's root, where ``examples`` imports.
+   computation, its template derived: ``trial_code.templates.derived``) at a shape of a GPU's
+   size (``GPU_SHAPES``; the MatMul at MM1's, set beside MM1's goal run), then the library each
+   names timed on the GPU (``anchors.json``: PyTorch on the inputs as tensors there, TF32 off);
+   the call runs in the repository's root, where ``examples`` imports.
 9. ``comparison``: OpEvo, G-BFS, N-A2C, AutoTVM, NoSE and TPE at 128 trials, one workload per
    step (each within one loan), then two more seeds of each; builds in parallel, measurements one
    at a time.
@@ -145,23 +146,43 @@ class Scale:
 
 PAPER = ("MM1", "MM2", "MM3", "BMM1", "BMM2", "BMM3", "C1", "C2")
 GOALS = tuple(GOAL_RATIOS)
+GPU_SHAPES = {
+    "examples.operators:depthwise_conv2d": "batch=32 channels=128 height=56 width=56",
+    "examples.operators:matmul_bias_gelu": "n=512 k=1024 m=4096",
+    "examples.operators:softmax": "rows=16384 cols=1024",
+    "examples.operators:layer_norm": "rows=16384 cols=1024",
+    "examples.operators:matmul": "n=512 k=1024 m=1024",
+    "examples.operators:attention": "heads=32 seq=512 dim=64",
+    "examples.operators:mse_loss": "rows=8192 cols=2048",
+    "examples.operators:matmul_fp16": "n=512 k=1024 m=1024",
+    "examples.operators:embedding_bag": "bags=16384 per_bag=32 vocab=50000 dim=64",
+    "examples.operators:dense_layer_norm": "tokens=2048 features=768 outputs=768",
+}
+"""Each example's shape in the operators stage. Its default shape is sized for a CPU: on an H100 a
+few microseconds, where a kernel's launch and a library's Python call weigh as much as the work
+and a ratio says little. These move 100-135 MB or compute 1-4.3 GFLOP, tens of microseconds of an
+H100 or more; the MatMul at MM1's shape, so that a user's MatMul is set beside the hand-written
+template's goal run and cuBLAS there (``campaign_report``), the MatMul + bias + GELU at MM2's."""
+GPU_OPERATORS = tuple(f"{spec} {GPU_SHAPES[spec]}" for spec in EXAMPLES)
+"""The operators stage's workloads: each example at its GPU shape (``workloads.named_or_operator``)."""
 REAL = Scale(anchors=PAPER, goals=tuple(Step((name,), 1, 128, ("opevo",)) for name in GOALS),
              correctness=(*NAMED, *EXAMPLES), admitted=3, probes=2, probe_limits=PROBE_LIMITS, throughput=64,
              knobs=tuple(name for name in GOALS if lookup(name).family in ("matmul", "batch_matmul")),
              knob_tiles=2, knob_combinations=None,
              ceiling=tuple(name for name in GOALS if lookup(name).family == "matmul"), ceiling_tiles=None,
-             pursuit=(128, 512), operators=tuple(Step((spec,), 1, 128, ("opevo",)) for spec in EXAMPLES),
+             pursuit=(128, 512), operators=tuple(Step((name,), 1, 128, ("opevo",)) for name in GPU_OPERATORS),
              steps=(*(Step((name,), 1, 128) for name in GOALS), *(Step((name,), 3, 128) for name in GOALS)))
 DRY = Scale(anchors=("MM1", "C1"), goals=(Step(("MM1",), 1, 2, ("opevo",)), Step(("C1",), 1, 1, ("opevo",))),
             correctness=("MM_small", "BMM_small", "C_small", "MM1", "BMM2", "BMM3", "C1", "examples.operators:layer_norm"),
             admitted=1, probes=1, probe_limits=DRY_PROBE_LIMITS,
             throughput=4, knobs=("MM1",), knob_tiles=1, knob_combinations=2, ceiling=("MM1",), ceiling_tiles=1,
-            pursuit=(1, 3), operators=tuple(Step((spec,), 1, 1, ("opevo",)) for spec in EXAMPLES
-                                                if spec.endswith((":matmul_bias_gelu", ":layer_norm"))),
+            pursuit=(1, 3), operators=tuple(Step((name,), 1, 1, ("opevo",)) for name in GPU_OPERATORS
+                                                if name.split()[0].endswith((":matmul_bias_gelu", ":layer_norm"))),
             steps=(Step(("MM1",), 1, 2), Step(("BMM1",), 1, 1), Step(("MM1",), 2, 2)))
 OPERATOR_MINUTES = 1.48
 """Minutes one OpEvo run of 128 trials on a user's operator took on the lent H100 (7.4 for the five
-examples of 2026-11-26)."""
+examples of 2026-11-26, at their default shapes: a trial's build takes the same time at any shape,
+and its inputs, up to 128 MB, are made once and read from a cache after)."""
 STAGE_MINUTES = {"anchors": 0.2, "correctness": 4.2, "throughput": 0.9, "knobs": 2.8, "ceiling": 1.9,
                  "operators": OPERATOR_MINUTES * len(EXAMPLES)}
 """Minutes each stage of the real campaign took on the lent H100 (docs/results/h100, 2026-11-25

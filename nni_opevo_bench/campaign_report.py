@@ -17,8 +17,9 @@ import numpy as np
 from trial_code.constraint import rule
 from trial_code.files import replace_text
 from trial_code.status import Status
-from trial_code.workloads import NAMED
+from trial_code.workloads import NAMED, named_or_operator
 
+from .operators import HAND_WRITTEN
 from .table import read_rows
 
 STAGE_ORDER = ("anchors", "goals", "correctness", "throughput", "knobs", "ceiling", "pursuit", "operators",
@@ -61,6 +62,7 @@ def write_readme(out: Path) -> None:
     lines += _knobs_table(list(read_jsonl(out / "knobs.jsonl")), out / "goals.csv", anchors)
     lines += _ceiling_table(list(read_jsonl(out / "ceiling.jsonl")), out / "goals.csv", anchors)
     lines += _tuner_table(out / "operators.csv", anchors, "## Users' operators (examples/operators.py), OpEvo")
+    lines += _derived_beside_hand_written(out / "operators.csv", out / "goals.csv", anchors)
     lines += _tuner_table(out / "trials.csv", anchors, "## Comparison")
     replace_text(out / "README.md", "\n".join(lines) + "\n")
 
@@ -229,6 +231,37 @@ def _tally(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
 
 def _fraction(row: dict[str, Any], vendor: dict[str, float], name: str) -> str:
     return f"{row['tflops'] / vendor[name]:.3f}" if vendor.get(name) else "-"
+
+
+def hand_written(name: str) -> str | None:
+    """The named workload a derived operator's run computes with a hand-written template: an
+    example that one covers (``operators.HAND_WRITTEN``, the MatMul) at a named workload's shape of
+    that family (MM1's, in the operators stage); None for any other."""
+    spec = name.split()[0]
+    if spec not in HAND_WRITTEN or spec == name:
+        return None
+    family, shape = NAMED[HAND_WRITTEN[spec]].family, named_or_operator(name).shape
+    return next((w.name for w in NAMED.values() if w.family == family
+                 and all(shape.get(key) == value for key, value in w.shape.items() if key in ("n", "k", "m"))), None)
+
+
+def _derived_beside_hand_written(operators_csv: Path, goals_csv: Path, anchors: list[dict[str, Any]]) -> list[str]:
+    """A user's MatMul (the example, its template derived from the computation) at a named
+    workload's shape, beside the hand-written template's goal run there: each OpEvo's best over as
+    many trials (the goal run's first, by proposal), and each over the vendor library."""
+    rows, goals, vendor = read_rows(operators_csv), read_rows(goals_csv), _vendor(anchors)
+    lines = []
+    for name in dict.fromkeys(row["workload"] for row in rows):
+        twin = hand_written(name)
+        derived = [float(row["tflops"]) for row in rows if row["workload"] == name]
+        hand = [float(row["tflops"]) for row in goals if row["workload"] == twin and int(row["index"]) < len(derived)]
+        if twin is None or not hand:
+            continue
+        library = f" and {max(derived) / vendor[twin]:.3f} of cuBLAS" if vendor.get(twin, 0) > 0 else ""
+        lines.append(f"The derived MatMul (`{name}`, {twin}'s computation from a user's tensor expression): "
+                     f"{max(derived):.2f} TFLOPS after {len(derived)} trials, {max(derived) / max(hand):.3f} of the "
+                     f"hand-written template's goal run on {twin} after as many ({max(hand):.2f}){library}.")
+    return lines + [""] if lines else []
 
 
 def _vendor(anchors: list[dict[str, Any]]) -> dict[str, float]:
