@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from call_kernel import built, call
-from cuda_build import H100, cuda_source, local_memory, ptxas, registers_only
+from cuda_build import H100, cp_async_copies, cuda_source, local_memory, ptxas, registers_only
 from feasible import exported, runs_and_matches
 from nni_experiment import free_port, launched_id, stop_in_background
 
@@ -729,6 +729,39 @@ def test_operators_built_from_topi_run_and_match_on_the_cpu_and_compile_for_the_
     assert result.status.name == "NO_ERROR" and result.tflops > 0, (params, result.error)
     params, _ = constraint.draw(workload, H100, 0)
     registers_only(workload, params)
+
+
+@pytest.mark.slow(seconds=8)
+@NEEDS_NVCC
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_a_derived_contractions_shared_stages_are_filled_by_cp_async_ahead_of_the_sums(tmp_path, stages):
+    """``shared`` above 1 is the built-in GEMM's pipeline for a user's computation: that many
+    shared-memory buffers of each staged input, filled by ``cp.async`` up to ``shared - 1``
+    reduction stages ahead of the sums (the waits count down from ``shared - 1`` groups in
+    flight), counted buffer by buffer by the check, refused before sm_80; and a depthwise
+    convolution's copy, its padding written into it, fills a padding element with zero where its
+    load is predicated off."""
+    matmul = workloads.named_or_operator("examples.operators:matmul n=512 k=1024 m=1024")
+    tile = {"tile_i": [8, 2, 8, 4], "tile_j": [8, 2, 16, 4], "tile_k": [128, 8, 1], "inner_order": ["k", "i", "j"],
+            "unroll": 512}  # 128 threads of 8 x 8 outputs, K staged 8 at a time, as the GEMM's classic tile
+    source = registers_only(matmul, {**tile, "shared": stages})
+    ptx, report = ptxas(source, tmp_path)
+    assert {int(n) for n in re.findall(r"cp\.async\.wait_group (\d+)", ptx)} == set(range(stages))
+    one_stage = 4 * (64 * 8 + 8 * 128)  # the A (64 x 8) and B (8 x 128) tiles of one stage
+    assert f"{stages * one_stage} bytes smem" in report
+    assert derived._shared_bytes(for_workload(matmul).structure(matmul), {**tile, "shared": stages}) == stages * one_stage
+    plain = cuda_source(matmul, {**tile, "shared": 1})
+    assert "cp.async" not in plain and cp_async_copies(source) > 0
+    volta = targets.Target("cuda", arch="sm_70", max_threads_per_block=1024, max_shared_memory_per_block=49152,
+                           device="cuda-none", has_device=False)
+    with pytest.raises(Infeasible, match=f"shared {stages} needs cp.async"):
+        for_workload(matmul).check(matmul, {**tile, "shared": stages}, volta)
+    padded = _example("depthwise_conv2d", channels=8, height=14, width=14)
+    params = {"tile_b": [1, 1, 1, 1], "tile_c": [4, 2, 1, 1], "tile_h": [1, 2, 1, 7], "tile_v": [2, 1, 7, 1],
+              "tile_ry": [1, 3, 1], "tile_rx": [1, 3, 1], "inner_order": ["v", "b", "ry", "c", "h", "rx"], "unroll": 512,
+              "shared": stages}
+    source = registers_only(padded, params)
+    assert re.search(r"@p cp\.async\.ca\.shared\.global .*\n.*@!p st\.shared\.u32", source)  # a padding element: zero
 
 
 @pytest.mark.slow(seconds=5)

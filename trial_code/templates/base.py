@@ -190,21 +190,22 @@ def cooperative_fetch(sch: Any, block: Any, anchor: Any, threads: list[tuple[int
         sch.vectorize(vector)
 
 
-def check_stages(params: dict[str, Any], target: Target) -> int:
-    """``params['stages']``, refused below compute capability 8.0 when above 1 (``pipeline``)."""
-    stages = one_of(params, "stages", STAGES)
+def check_stages(params: dict[str, Any], target: Target, name: str = "stages", allowed: tuple[int, ...] = STAGES) -> int:
+    """``params[name]`` (the shared-memory buffers of ``pipeline``), refused below compute
+    capability 8.0 when above 1."""
+    stages = one_of(params, name, allowed)
     if stages > 1 and target.compute_capability < ASYNC_COPY_CC:
-        raise Infeasible(f"stages {stages} needs cp.async (sm_80 or newer), not {target.arch or 'this target'}")
+        raise Infeasible(f"{name} {stages} needs cp.async (sm_80 or newer), not {target.arch or 'this target'}")
     return stages
 
 
-def pipeline(sch: Any, loop: Any, stages: int) -> None:
-    """Software-pipeline a staged loop whose body is the two shared-memory fills, then the
+def pipeline(sch: Any, loop: Any, stages: int, fills: int = 2) -> None:
+    """Software-pipeline a staged loop whose body is ``fills`` shared-memory fills, then the
     computation: with ``stages`` > 1 the fills run ``stages - 1`` iterations ahead,
     asynchronously (``cp.async``), into as many more buffers."""
     if stages > 1:
-        sch.annotate(loop, "software_pipeline_stage", [0, 0, stages - 1])
-        sch.annotate(loop, "software_pipeline_order", [0, 1, 2])
+        sch.annotate(loop, "software_pipeline_stage", [0] * fills + [stages - 1])
+        sch.annotate(loop, "software_pipeline_order", list(range(fills + 1)))
         sch.annotate(loop, "software_pipeline_async_stages", [0])
 
 

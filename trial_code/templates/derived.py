@@ -67,18 +67,21 @@ from . import totals
 from .base import (
     REDUCE,
     SPATIAL,
+    STAGES,
     Infeasible,
     Template,
     check_cpu_register_tile,
     check_cpu_unroll,
     check_cpu_vector,
     check_gpu_launch,
+    check_stages,
     factors,
     leftover,
     limit,
     loops_below,
     one_of,
     order,
+    pipeline,
 )
 
 UNROLL_STEPS = (0, 16, 64, 512)
@@ -311,7 +314,7 @@ class DerivedTemplate(Template):
         space["inner_order"] = {"_type": "perm", "_value": names}
         space["unroll"] = {"_type": "discrete", "_value": list(UNROLL_STEPS)}
         if found.reductions:
-            space["shared"] = {"_type": "choice", "_value": [0, 1]}
+            space["shared"] = {"_type": "choice", "_value": [0, *STAGES]}
         return space
 
     def check(self, workload: Workload, params: dict[str, Any], target: Target) -> None:
@@ -365,12 +368,11 @@ class DerivedTemplate(Template):
             return
         order(params, "inner_order", names)
         unroll = one_of(params, "unroll", UNROLL_STEPS)
-        shared = one_of(params, "shared", (0, 1)) if found.reductions else 0
+        if found.reductions:
+            check_stages(params, target, "shared", (0, *STAGES))
         threads = math.prod(tiles[name][2] for name in spatial)
         vthreads = math.prod(tiles[name][1] for name in spatial)
-        extents = [math.prod(tiles[a.name][1:]) for a in found.axes]  # a block's tile, one reduction stage
-        shared_bytes = sum(f.itemsize * f.elements(extents) for f in found.inputs if not f.gathered) if shared else 0
-        check_gpu_launch(target, [threads], vthreads, shared_bytes, [])
+        check_gpu_launch(target, [threads], vthreads, _shared_bytes(found, params), [])
         accumulators = found.carried * math.prod(tiles[name][1] * tiles[name][3] for name in spatial) \
             if found.reductions else 0
         # Virtual threads each compute their own copy of a kept stage's values, whichever axes it follows.
@@ -1068,6 +1070,15 @@ def _row_loops(sch: Any, output: Any, spatial: list[Axis]) -> list[Any]:
     return [loop for loop in sch.get_loops(output) if int(sch.get(loop).extent) > 1][:len(spatial)]
 
 
+def _shared_bytes(found: Structure, params: dict[str, Any]) -> int:
+    """A CUDA block's shared memory: each staged input's footprint over one reduction stage of
+    the block's tile (from its affine index expressions), once per buffer of ``shared``."""
+    if not found.reductions or found.rows or not params.get("shared"):
+        return 0
+    extents = [math.prod(params[f"tile_{a.name}"][1:]) for a in found.axes]
+    return params["shared"] * sum(f.itemsize * f.elements(extents) for f in found.inputs if not f.gathered)
+
+
 def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str, Any]) -> None:
     if found.rows:
         _schedule_rows_cuda(sch, stages, found, params)
@@ -1104,8 +1115,10 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
         stage = parts[reductions[-1]][0]
         sources = {f.name for f in found.inputs if not f.gathered} | {sch.get(b).name_hint for b in stages.kept}
         reads = sch.get(block).reads
+        copies = []
         for position in [i for i, region in enumerate(reads) if region.source.name in sources]:
             cached = sch.cache_read(block, position, "shared", consumer_blocks=[block])
+            copies.append(cached)
             sch.compute_at(cached, stage)
             copy = loops_below(sch, cached, stage)
             if copy:
@@ -1113,6 +1126,7 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
                 sch.bind(sch.split(fused, [None, thread_count])[1], "threadIdx.x")
         for kept in stages.kept:  # now read by its shared-memory copy only: computed there
             sch.compute_inline(kept)
+        pipeline(sch, stage, params["shared"], fills=len(copies))
     _move_before(sch, stages, threads, "local")
     for before in stages.before:  # a thread's values of it in registers, each step of a reduction updating them all
         if _under(sch, before, threads):
