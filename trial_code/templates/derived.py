@@ -30,7 +30,8 @@ The main stage's axes give the search space, in the shape of the built-in GEMM a
 - CUDA: each spatial axis split in 4 (blocks, virtual threads, threads, per-thread tile) and
   each reduction axis in 3 (shared-memory stage, register stage, inner); ``inner_order``
   permutes the per-thread loops, ``shared`` stages the inputs' tiles in shared memory filled by
-  all the block's threads, ``unroll`` is TVM's explicit unroll limit. Accumulators live in
+  all the block's threads (2-4: that many buffers, filled by ``cp.async`` up to three reduction
+  stages ahead, the GEMM template's ``stages``), ``unroll`` is TVM's explicit unroll limit. Accumulators live in
   registers, and so do the values of the stages before the main one that each thread computes
   for its tile (softmax's maxima and sums), whose reductions stay loops whatever ``unroll``
   says; a stage of which each value of the main stage reads a whole axis (attention's scores)
