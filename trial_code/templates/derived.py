@@ -31,11 +31,11 @@ The main stage's axes give the search space, in the shape of the built-in GEMM a
   each reduction axis in 3 (shared-memory stage, register stage, inner); ``inner_order``
   permutes the per-thread loops, ``shared`` stages the inputs' tiles in shared memory filled by
   all the block's threads (2-4: that many buffers, filled by ``cp.async`` up to three reduction
-  stages ahead, the GEMM template's ``stages``), ``unroll`` is TVM's explicit unroll limit. Accumulators live in
-  registers, and so do the values of the stages before the main one that each thread computes
-  for its tile (softmax's maxima and sums), whose reductions stay loops whatever ``unroll``
-  says; a stage of which each value of the main stage reads a whole axis (attention's scores)
-  is a kernel of its own, run first. A normalization's stage with columns of its own is held in
+  stages ahead, the GEMM template's ``stages``), ``unroll`` is TVM's explicit unroll limit.
+  Accumulators live in registers, and so do the values of the stages before the main one that
+  each thread computes for its tile (softmax's maxima and sums), whose reductions stay loops
+  whatever ``unroll`` says; a stage of which each value of the main stage reads a whole axis
+  (attention's scores) is a kernel of its own, run first. A normalization's stage with columns of its own is held in
   each thread's registers for its rows, or with ``apart`` is such a kernel of its own; where
   every stage but the output computes one value a row, ``row_threads`` threads share each row,
   combining their parts of its reductions across warps (``_share_rows_cuda``). The
@@ -1074,7 +1074,7 @@ def _row_loops(sch: Any, output: Any, spatial: list[Axis]) -> list[Any]:
 def _shared_bytes(found: Structure, params: dict[str, Any]) -> int:
     """A CUDA block's shared memory: each staged input's footprint over one reduction stage of
     the block's tile (from its affine index expressions), once per buffer of ``shared``."""
-    if not found.reductions or found.rows or not params.get("shared"):
+    if not params.get("shared"):
         return 0
     extents = [math.prod(params[f"tile_{a.name}"][1:]) for a in found.axes]
     return params["shared"] * sum(f.itemsize * f.elements(extents) for f in found.inputs if not f.gathered)
