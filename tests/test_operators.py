@@ -324,6 +324,13 @@ USER_OPERATORS = """
             return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         return Operator([x], topi.nn.log_softmax(x, axis=1), flops=4 * rows * cols, reference=reference)
 
+    def group_norm(channels=32, size=8, groups=4):  # each group's channels, rows and columns: three reductions
+        x = te.placeholder((2, channels, size, size), "float32", name="X")
+        g = te.placeholder((channels,), "float32", name="G")
+        b = te.placeholder((channels,), "float32", name="B")
+        return Operator([x, g, b], topi.nn.group_norm(x, g, b, groups, 1, [2, 3], 1e-5),
+                        flops=8 * 2 * channels * size * size)
+
     def instance_norm(channels=8, size=8):  # each image's channel over its rows and columns: two axes a row
         x = te.placeholder((2, channels, size, size), "float32", name="X")
         g = te.placeholder((channels,), "float32", name="G")
@@ -762,6 +769,22 @@ def test_a_derived_contractions_shared_stages_are_filled_by_cp_async_ahead_of_th
               "shared": stages}
     source = registers_only(padded, params)
     assert re.search(r"@p cp\.async\.ca\.shared\.global .*\n.*@!p st\.shared\.u32", source)  # a padding element: zero
+
+
+@pytest.mark.slow(seconds=4)
+@NEEDS_NVCC
+def test_a_pipeline_over_several_reductions_fills_ahead_over_one_loop_of_their_stages(user_operators):
+    """A group norm sums over three axes (a group's channels, rows and columns). Pipelined at the
+    innermost of their outer loops, its stages started again at each step of the other two,
+    their first and last written out each time: 255 registers and 3,272 bytes of local memory
+    where ``shared`` 1 took 64. The outer loops of every reduction are one loop of stages there,
+    pipelined once, in registers."""
+    workload = user_operators("group_norm")
+    params = {"tile_ax0": [1, 1, 2, 1], "tile_ax1": [1, 1, 2, 2], "tile_k2": [4, 2, 1], "tile_k3": [2, 2, 2],
+              "tile_k4": [4, 1, 2], "inner_order": ["ax1", "k2", "ax0", "k3", "k4"], "unroll": 512, "shared": 2}
+    source = registers_only(workload, params)
+    assert "cp.async.wait_group 1" in source
+    assert len(re.findall(r"for \(int \w+ = 0; \w+ < 31; \+\+\w+\)", source)) == 1  # 4 x 2 x 4 stages, less the first
 
 
 @pytest.mark.slow(seconds=5)

@@ -31,7 +31,8 @@ The main stage's axes give the search space, in the shape of the built-in GEMM a
   each reduction axis in 3 (shared-memory stage, register stage, inner); ``inner_order``
   permutes the per-thread loops, ``shared`` stages the inputs' tiles in shared memory filled by
   all the block's threads (2-4: that many buffers, filled by ``cp.async`` up to three reduction
-  stages ahead, the GEMM template's ``stages``), ``unroll`` is TVM's explicit unroll limit.
+  stages ahead, the GEMM template's ``stages``, over one loop of the stages of every reduction),
+  ``unroll`` is TVM's explicit unroll limit.
   Accumulators live in registers, and so do the values of the stages before the main one that
   each thread computes for its tile (softmax's maxima and sums), whose reductions stay loops
   whatever ``unroll`` says; a stage of which each value of the main stage reads a whole axis
@@ -1112,8 +1113,15 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
             written += _register_loops(sch, after, threads)
         except Exception:  # noqa: BLE001 (TVM's ScheduleError)
             leftover(sch, after, cuda=True)
+    outermost = parts[reductions[0]][0] if reductions else None
     if reductions and params["shared"]:
         stage = parts[reductions[-1]][0]
+        if params["shared"] > 1 and len(reductions) > 1:
+            # One loop over the shared-memory stages, so that the pipeline fills ahead across the
+            # whole reduction: pipelined inside the other reductions' outer loops, it started
+            # again at each of their steps, its first and last stages written out each time (a
+            # group norm's 64 registers became 255 and 3 KB of local memory).
+            outermost = stage = sch.fuse(*(parts[name][0] for name in reductions))
         sources = {f.name for f in found.inputs if not f.gathered} | {sch.get(b).name_hint for b in stages.kept}
         reads = sch.get(block).reads
         copies = []
@@ -1146,7 +1154,6 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
         sch.unroll(loop)
     _annotate_unroll(sch, bound[0], params)
     if reductions:
-        outermost = parts[reductions[0]][0]
         above = [sch.get(loop) for loop in sch.get_loops(block)]
         prefix = next(i for i, loop in enumerate(above) if loop.same_as(sch.get(outermost)))
         initial = sch.decompose_reduction(block, outermost)
