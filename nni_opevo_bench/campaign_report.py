@@ -253,9 +253,11 @@ def _derived_beside_hand_written(operators_csv: Path, goals_csv: Path, anchors: 
     lines = []
     for name in dict.fromkeys(row["workload"] for row in rows):
         twin = hand_written(name)
+        if twin is None:
+            continue
         derived = [float(row["tflops"]) for row in rows if row["workload"] == name]
         hand = [float(row["tflops"]) for row in goals if row["workload"] == twin and int(row["index"]) < len(derived)]
-        if twin is None or not hand:
+        if not hand:
             continue
         library = f" and {max(derived) / vendor[twin]:.3f} of cuBLAS" if vendor.get(twin, 0) > 0 else ""
         lines.append(f"The derived MatMul (`{name}`, {twin}'s computation from a user's tensor expression): "

@@ -32,11 +32,11 @@ The main stage's axes give the search space, in the shape of the built-in GEMM a
   permutes the per-thread loops, ``shared`` stages the inputs' tiles in shared memory filled by
   all the block's threads (2-4: that many buffers, filled by ``cp.async`` up to three reduction
   stages ahead, the GEMM template's ``stages``, over one loop of the stages of every reduction),
-  ``unroll`` is TVM's explicit unroll limit.
-  Accumulators live in registers, and so do the values of the stages before the main one that
-  each thread computes for its tile (softmax's maxima and sums), whose reductions stay loops
-  whatever ``unroll`` says; a stage of which each value of the main stage reads a whole axis
-  (attention's scores) is a kernel of its own, run first. A normalization's stage with columns of its own is held in
+  ``unroll`` is TVM's explicit unroll limit. Accumulators live in registers, and so do the
+  values of the stages before the main one that each thread computes for its tile (softmax's
+  maxima and sums), whose reductions stay loops whatever ``unroll`` says; a stage of which each
+  value of the main stage reads a whole axis (attention's scores) is a kernel of its own, run
+  first. A normalization's stage with columns of its own is held in
   each thread's registers for its rows, or with ``apart`` is such a kernel of its own; where
   every stage but the output computes one value a row, ``row_threads`` threads share each row,
   combining their parts of its reductions across warps (``_share_rows_cuda``). The
@@ -1131,8 +1131,7 @@ def _schedule_cuda(sch: Any, stages: _Stages, found: Structure, params: dict[str
             sch.compute_at(cached, stage)
             copy = loops_below(sch, cached, stage)
             if copy:
-                fused = sch.fuse(*copy) if len(copy) > 1 else copy[0]
-                sch.bind(sch.split(fused, [None, thread_count])[1], "threadIdx.x")
+                _split_among_threads(sch, copy, thread_count)
         for kept in stages.kept:  # now read by its shared-memory copy only: computed there
             sch.compute_inline(kept)
         pipeline(sch, stage, params["shared"], fills=len(copies))
@@ -1282,8 +1281,9 @@ def _share_rows_cuda(sch: Any, stages: _Stages, rows: list[Any], columns: list[A
 
 def _split_among_threads(sch: Any, loops: list[Any], threads: int) -> Any:
     """``loops`` fused, then split among ``threads`` threads (``threadIdx.x``), each taking every
-    ``threads``-th iteration, consecutive ones on consecutive threads; returns each thread's loop.
-    Over a reduction's loops, TVM combines the threads' parts across them."""
+    ``threads``-th iteration, consecutive ones on consecutive threads (a coalesced copy into
+    shared memory); returns each thread's loop. Over a reduction's loops, TVM combines the
+    threads' parts across them."""
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     own, shared = sch.split(fused, [None, threads])
     sch.bind(shared, "threadIdx.x")
